@@ -1,0 +1,53 @@
+"""How activity failures are reported to the workflow."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+
+def fatal(message: str, *, type: str = "Fatal") -> ApplicationError:
+    """An error a retry cannot fix; the message should tell a person what to change."""
+    return ApplicationError(message, type=type, non_retryable=True)
+
+
+def transient(message: str, *, retry_after_s: float | None = None) -> ApplicationError:
+    """An error worth retrying; `retry_after_s` overrides the retry policy's next delay."""
+    delay = timedelta(seconds=retry_after_s) if retry_after_s else None
+    return ApplicationError(message, type="Transient", next_retry_delay=delay)
+
+
+@contextmanager
+def reported_with_attempt() -> Iterator[int]:
+    """Re-raise any failure as an ApplicationError carrying the attempt number in its details.
+
+    The workflow cannot see attempt counts of a failed activity otherwise; step status
+    shows them. Cancellation is a BaseException and passes through untouched.
+    """
+    attempt = activity.info().attempt
+    try:
+        yield attempt
+    except ApplicationError as exc:
+        raise ApplicationError(
+            exc.message,
+            {"attempt": attempt},
+            type=exc.type,
+            non_retryable=exc.non_retryable,
+            next_retry_delay=exc.next_retry_delay,
+        ) from exc
+    except ValidationError as exc:
+        raise ApplicationError(
+            f"invalid arguments: {exc}",
+            {"attempt": attempt},
+            type="InvalidArgs",
+            non_retryable=True,
+        ) from exc
+    except Exception as exc:
+        raise ApplicationError(
+            f"{type(exc).__name__}: {exc}", {"attempt": attempt}, type=type(exc).__name__
+        ) from exc

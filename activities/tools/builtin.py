@@ -1,0 +1,267 @@
+"""The built-in tools. Each is one registered function; see `registry.tool`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import sys
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from activities.errors import fatal, transient
+from activities.tools.registry import ToolContext, tool
+from activities.tools.workspace import check_relative, confine
+from longrun.contracts import SideEffect
+
+OUTPUT_CAP_BYTES = 64 * 1024
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+# --- echo ----------------------------------------------------------------------------------
+
+
+class EchoArgs(_Args):
+    value: Any = None
+
+
+@tool("echo", args=EchoArgs, side_effect=SideEffect.READ_ONLY)
+async def echo(args: EchoArgs, ctx: ToolContext) -> dict[str, Any]:
+    """Return `value` unchanged; handy for shaping data between steps."""
+    return {"value": args.value}
+
+
+# --- http_request --------------------------------------------------------------------------
+
+
+class HttpRequestArgs(_Args):
+    method: Literal["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"] = "GET"
+    url: str = Field(min_length=1, max_length=8192)
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: str | dict[str, Any] | list[Any] | None = None
+    timeout_s: float = Field(30.0, gt=0, le=600)
+    raise_for_status: bool = True
+    max_response_bytes: int = Field(OUTPUT_CAP_BYTES, gt=0, le=1024 * 1024)
+
+    @field_validator("url")
+    @classmethod
+    def _http_only(cls, url: str) -> str:
+        if not url.lower().startswith(("http://", "https://")):
+            raise ValueError("url must start with http:// or https://")
+        return url
+
+
+def _http_effect(args: HttpRequestArgs) -> SideEffect:
+    return SideEffect.READ_ONLY if args.method in SAFE_METHODS else SideEffect.IRREVERSIBLE
+
+
+@tool("http_request", args=HttpRequestArgs, side_effect=_http_effect)
+async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any]:
+    """Send one HTTP request to an allowed host; the response body is capped."""
+    url = httpx.URL(args.url)
+    host = (url.host or "").lower()
+    if host not in ctx.settings.http_allow_hosts:
+        allowed = ", ".join(ctx.settings.http_allow_hosts)
+        raise fatal(
+            f"host '{host}' is not allowed; allowed hosts: {allowed} (LONGRUN_HTTP_ALLOW_HOSTS)"
+        )
+    headers = {"Idempotency-Key": ctx.idempotency_key, **args.headers}
+    content: bytes | None = None
+    if isinstance(args.body, str):
+        content = args.body.encode()
+    elif args.body is not None:
+        content = json.dumps(args.body).encode()
+        headers.setdefault("Content-Type", "application/json")
+    async with (
+        httpx.AsyncClient(timeout=args.timeout_s, follow_redirects=False) as client,
+        client.stream(args.method, url, headers=headers, content=content) as response,
+    ):
+        body = bytearray()
+        truncated = False
+        async for chunk in response.aiter_bytes():
+            body.extend(chunk)
+            if len(body) > args.max_response_bytes:
+                truncated = True
+                del body[args.max_response_bytes :]
+                break
+    text = body.decode(errors="replace")
+    status = response.status_code
+    if status in (408, 429) or status >= 500:
+        raise transient(
+            f"{args.method} {args.url} answered {status}: {text[:500]}",
+            retry_after_s=_retry_after(response.headers.get("retry-after")),
+        )
+    if status >= 400 and args.raise_for_status:
+        raise fatal(f"{args.method} {args.url} answered {status}: {text[:500]}", type="HttpError")
+    result: dict[str, Any] = {
+        "status": status,
+        "headers": dict(response.headers),
+        "body": text,
+        "truncated": truncated,
+    }
+    if not truncated and "json" in response.headers.get("content-type", ""):
+        with contextlib.suppress(ValueError):
+            result["json"] = json.loads(text)
+    return result
+
+
+# --- shell and python ----------------------------------------------------------------------
+
+
+async def _read_capped(stream: asyncio.StreamReader | None, cap: int) -> tuple[str, bool]:
+    kept = bytearray()
+    total = 0
+    if stream is not None:
+        while chunk := await stream.read(65536):
+            total += len(chunk)
+            if len(kept) < cap:
+                kept.extend(chunk[: cap - len(kept)])
+    return kept.decode(errors="replace"), total > cap
+
+
+async def _run_process(
+    argv: list[str], ctx: ToolContext, *, timeout_s: float, check: bool, stdin: bytes | None = None
+) -> dict[str, Any]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(ctx.workspace),
+        "LANG": "C.UTF-8",
+        "LONGRUN_RUN_ID": ctx.run_id,
+        "LONGRUN_STEP_ID": ctx.step_id,
+        "LONGRUN_IDEMPOTENCY_KEY": ctx.idempotency_key,
+    }
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=ctx.workspace,
+            env=env,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise fatal(f"command not found: {argv[0]}") from None
+    except PermissionError:
+        raise fatal(f"command not executable: {argv[0]}") from None
+
+    async def collect() -> tuple[tuple[str, bool], tuple[str, bool], int]:
+        if stdin is not None and proc.stdin is not None:
+            proc.stdin.write(stdin)
+            await proc.stdin.drain()
+            proc.stdin.close()
+        out, err = await asyncio.gather(
+            _read_capped(proc.stdout, OUTPUT_CAP_BYTES), _read_capped(proc.stderr, OUTPUT_CAP_BYTES)
+        )
+        return out, err, await proc.wait()
+
+    try:
+        (stdout, out_cut), (stderr, err_cut), code = await asyncio.wait_for(collect(), timeout_s)
+    except TimeoutError:
+        raise fatal(f"{argv[0]} timed out after {timeout_s:g}s", type="Timeout") from None
+    finally:
+        if proc.returncode is None:
+            # Kill the whole process group: the command may have started children.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+    if check and code != 0:
+        raise fatal(f"{argv[0]} exited with {code}: {stderr[-1000:] or stdout[-1000:]}")
+    return {"exit_code": code, "stdout": stdout, "stderr": stderr, "truncated": out_cut or err_cut}
+
+
+class ShellArgs(_Args):
+    argv: list[str] = Field(min_length=1, max_length=1000)
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    check: bool = True
+    stdin: str | None = None
+
+
+@tool("shell", args=ShellArgs, side_effect=SideEffect.IRREVERSIBLE)
+async def shell(args: ShellArgs, ctx: ToolContext) -> dict[str, Any]:
+    """Run a command (an argv list, no shell) in the run's workspace."""
+    stdin = args.stdin.encode() if args.stdin is not None else None
+    return await _run_process(
+        args.argv, ctx, timeout_s=args.timeout_s, check=args.check, stdin=stdin
+    )
+
+
+class PythonArgs(_Args):
+    code: str = Field(min_length=1, max_length=200_000)
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    check: bool = True
+
+
+@tool("python", args=PythonArgs, side_effect=SideEffect.IRREVERSIBLE)
+async def python(args: PythonArgs, ctx: ToolContext) -> dict[str, Any]:
+    """Run Python code in a fresh interpreter in the run's workspace."""
+    argv = [sys.executable, "-I", "-c", args.code]
+    return await _run_process(argv, ctx, timeout_s=args.timeout_s, check=args.check)
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+class _PathArgs(_Args):
+    path: str = Field(max_length=1024)
+
+    @field_validator("path")
+    @classmethod
+    def _relative(cls, path: str) -> str:
+        return check_relative(path)
+
+
+class ReadFileArgs(_PathArgs):
+    max_bytes: int = Field(OUTPUT_CAP_BYTES, gt=0, le=1024 * 1024)
+
+
+@tool("read_file", args=ReadFileArgs, side_effect=SideEffect.READ_ONLY)
+async def read_file(args: ReadFileArgs, ctx: ToolContext) -> dict[str, Any]:
+    """Read a text file from the run's workspace."""
+    target = confine(ctx.workspace, args.path)
+    if not target.is_file():
+        raise fatal(f"no file '{args.path}' in the run's workspace", type="NotFound")
+    with target.open("rb") as f:
+        data = f.read(args.max_bytes + 1)
+    size = target.stat().st_size
+    return {
+        "path": args.path,
+        "content": data[: args.max_bytes].decode(errors="replace"),
+        "bytes": size,
+        "truncated": size > args.max_bytes,
+    }
+
+
+class WriteFileArgs(_PathArgs):
+    content: str = Field(max_length=10 * 1024 * 1024)
+
+
+@tool("write_file", args=WriteFileArgs, side_effect=SideEffect.REVERSIBLE)
+async def write_file(args: WriteFileArgs, ctx: ToolContext) -> dict[str, Any]:
+    """Write a text file in the run's workspace, atomically, replacing any earlier content."""
+    target = confine(ctx.workspace, args.path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    data = args.content.encode()
+    # Write then rename, so a retry after a crash never sees a half-written file.
+    tmp = target.with_name(f".{target.name}.{ctx.step_id}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+    return {"path": args.path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}

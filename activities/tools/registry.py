@@ -1,0 +1,124 @@
+"""The tool registry: adding a tool is one decorated function.
+
+Each tool becomes a Temporal activity named `tool.<name>` that validates its arguments
+against the tool's pydantic model, runs in the run's workspace and heartbeats while it
+works, so cancellation reaches it and a dead worker is noticed within the heartbeat timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from activities.errors import fatal, reported_with_attempt
+from longrun.contracts import SideEffect, ToolCall, ToolResult
+from longrun.settings import Settings
+
+HEARTBEAT_EVERY_S = 1.0
+_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool may use besides its arguments."""
+
+    run_id: str
+    step_id: str
+    idempotency_key: str
+    workspace: Path
+    settings: Settings
+
+
+ToolFn = Callable[[Any, ToolContext], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A registered tool: its argument schema, its side-effect class and its implementation."""
+
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    side_effect: SideEffect | Callable[[Any], SideEffect]
+    fn: ToolFn
+
+    @property
+    def activity_name(self) -> str:
+        """The activity name, a wire contract: `tool.<name>`."""
+        return f"tool.{self.name}"
+
+    def side_effect_of(self, args: BaseModel) -> SideEffect:
+        """The side-effect class of one call (it may depend on the arguments)."""
+        if isinstance(self.side_effect, SideEffect):
+            return self.side_effect
+        return self.side_effect(args)
+
+
+REGISTRY: dict[str, ToolSpec] = {}
+
+
+def tool(
+    name: str, *, args: type[BaseModel], side_effect: SideEffect | Callable[[Any], SideEffect]
+) -> Callable[[ToolFn], ToolFn]:
+    """Register `fn` as the tool `name`; its docstring's first line describes it."""
+
+    def register(fn: ToolFn) -> ToolFn:
+        if name in REGISTRY:
+            raise ValueError(f"tool '{name}' is registered twice")
+        description = (fn.__doc__ or name).strip().splitlines()[0]
+        REGISTRY[name] = ToolSpec(name, description, args, side_effect, fn)
+        return fn
+
+    return register
+
+
+def workspace_of(settings: Settings, run_id: str) -> Path:
+    """The run's workspace directory, created on first use."""
+    if not _RUN_ID.match(run_id):
+        raise fatal(f"run id '{run_id}' cannot name a workspace")
+    path = settings.workspaces_dir / run_id / "workspace"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+async def _heartbeat_forever() -> None:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(HEARTBEAT_EVERY_S)
+
+
+def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
+    """One activity per registered tool, bound to this worker's settings."""
+
+    def bind(spec: ToolSpec) -> Callable[..., Any]:
+        async def run_tool(call: ToolCall) -> ToolResult:
+            with reported_with_attempt() as attempt:
+                args = spec.args_model.model_validate(call.args)
+                ctx = ToolContext(
+                    run_id=call.run_id,
+                    step_id=call.step_id,
+                    idempotency_key=call.idempotency_key,
+                    workspace=workspace_of(settings, call.run_id),
+                    settings=settings,
+                )
+                beat = asyncio.create_task(_heartbeat_forever())
+                try:
+                    output = await spec.fn(args, ctx)
+                finally:
+                    beat.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await beat
+            return ToolResult(output=output, attempt=attempt)
+
+        run_tool.__doc__ = spec.description
+        return activity.defn(name=spec.activity_name)(run_tool)
+
+    return [bind(spec) for spec in REGISTRY.values()]

@@ -1,0 +1,1 @@
+"""The longrun REST API (FastAPI)."""

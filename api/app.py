@@ -1,0 +1,91 @@
+"""The longrun REST API: `uvicorn api.app:app`."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.deps import TemporalGateway
+from api.routes import health, runs
+from longrun.settings import Settings, get_settings
+
+log = logging.getLogger("longrun.api")
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """Refuse request bodies above a size limit before they are parsed."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def _refuse(self, send: Send, size: str) -> None:
+        body = json.dumps(
+            {
+                "detail": [
+                    {
+                        "type": "too_large",
+                        "loc": ["body"],
+                        "msg": f"request body is {size} bytes; the limit is {self.limit} bytes",
+                    }
+                ]
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 422,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            await self._refuse(send, length.decode())
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _BodyTooLarge:
+            await self._refuse(send, f"more than {self.limit}")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the API for `settings` (default: from the environment)."""
+    settings = settings or get_settings()
+    app = FastAPI(
+        title="longrun",
+        version="0.1.0",
+        description="Durable runs for long AI agent jobs, on Temporal.",
+    )
+    app.state.settings = settings
+    app.state.temporal = TemporalGateway(settings)
+    app.include_router(health.router)
+    app.include_router(runs.router)
+    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    return app
+
+
+app = create_app()

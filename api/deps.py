@@ -1,0 +1,51 @@
+"""Dependencies shared by the routes: settings and the Temporal client."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from temporalio.client import Client
+
+from longrun.settings import Settings
+from longrun.temporal import connect
+
+
+class TemporalGateway:
+    """Connects to Temporal on first use, so the API starts (and says 503) without it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._client: Client | None = None
+        self._lock = asyncio.Lock()
+
+    async def client(self) -> Client:
+        """The connected client; 503 when Temporal cannot be reached."""
+        if self._client is None:
+            async with self._lock:
+                if self._client is None:
+                    try:
+                        self._client = await connect(self._settings)
+                    except Exception as exc:
+                        raise HTTPException(
+                            503,
+                            f"Temporal is unreachable at {self._settings.temporal_address}: {exc}",
+                        ) from exc
+        return self._client
+
+
+def get_settings(request: Request) -> Settings:
+    """This app's settings."""
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+async def get_client(request: Request) -> Client:
+    """The Temporal client of this app."""
+    gateway: TemporalGateway = request.app.state.temporal
+    return await gateway.client()
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+TemporalClient = Annotated[Client, Depends(get_client)]

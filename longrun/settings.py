@@ -1,0 +1,63 @@
+"""Typed settings for every longrun process, read from the environment and `.env`."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Configuration shared by the worker, the API and the CLI.
+
+    Names follow the environment variables a user sets; none of these values is
+    ever passed into workflow history except what `RunConfig` copies on purpose.
+    """
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+
+    temporal_address: str = Field("127.0.0.1:7233", alias="TEMPORAL_ADDRESS")
+    temporal_namespace: str = Field("default", alias="TEMPORAL_NAMESPACE")
+    temporal_ui_url: str = Field("http://127.0.0.1:8233", alias="LONGRUN_TEMPORAL_UI_URL")
+    task_queue: str = Field("longrun", alias="LONGRUN_TASK_QUEUE")
+
+    openai_base_url: str | None = Field(None, alias="OPENAI_BASE_URL")
+    openai_api_key: SecretStr | None = Field(None, alias="OPENAI_API_KEY")
+    model: str = Field("gpt-4.1-mini", alias="LONGRUN_MODEL")
+    model_timeout_s: float = Field(120.0, alias="LONGRUN_MODEL_TIMEOUT_S", gt=0)
+
+    data_dir: Path = Field(Path(".longrun/data"), alias="LONGRUN_DATA_DIR")
+    http_allow_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1", "localhost", "::1"],
+        alias="LONGRUN_HTTP_ALLOW_HOSTS",
+    )
+
+    api_host: str = Field("127.0.0.1", alias="LONGRUN_API_HOST")
+    api_port: int = Field(8000, alias="LONGRUN_API_PORT")
+    max_request_bytes: int = Field(1_048_576, alias="LONGRUN_MAX_REQUEST_BYTES", gt=0)
+
+    # Ports used by `longrun dev` for the local stack.
+    dev_temporal_port: int = Field(7233, alias="LONGRUN_DEV_TEMPORAL_PORT")
+    dev_ui_port: int = Field(8233, alias="LONGRUN_DEV_UI_PORT")
+    dev_standin_port: int = Field(8100, alias="LONGRUN_DEV_STANDIN_PORT")
+
+    @field_validator("http_allow_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [h.strip().lower() for h in value.split(",") if h.strip()]
+        return value
+
+    @property
+    def workspaces_dir(self) -> Path:
+        """Directory holding one workspace directory per run."""
+        return self.data_dir.resolve() / "runs"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """Settings of this process, read once."""
+    return Settings()

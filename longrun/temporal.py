@@ -1,0 +1,40 @@
+"""Connecting to Temporal the same way everywhere: API, worker, CLI, tests."""
+
+from __future__ import annotations
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from longrun.settings import Settings
+
+# Custom search attributes the run workflow publishes, for listing and filtering runs.
+SEARCH_ATTRIBUTES = {
+    "LongrunStatus": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "LongrunLabels": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+}
+
+
+async def connect(settings: Settings) -> Client:
+    """A client for the configured server and namespace, with the pydantic converter."""
+    return await Client.connect(
+        settings.temporal_address,
+        namespace=settings.temporal_namespace,
+        data_converter=pydantic_data_converter,
+    )
+
+
+async def ensure_search_attributes(client: Client) -> None:
+    """Register longrun's search attributes on the namespace if they are missing."""
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    missing = {k: v for k, v in SEARCH_ATTRIBUTES.items() if k not in listed.custom_attributes}
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
+        )

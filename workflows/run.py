@@ -1,0 +1,364 @@
+"""The run workflow: executes a plan's steps as activities, in dependency order, durably.
+
+Deterministic orchestration only: every side effect is an activity, time comes from
+`workflow.now()`, and configuration arrives in `RunInput`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    # Safe to pass through: pydantic models and pure functions, no I/O at import. Passing
+    # them through keeps one class identity for the pydantic data converter.
+    from activities.model import ModelActivities  # for the method reference only
+    from longrun import plans
+    from longrun.contracts import (
+        ApprovalDecision,
+        ApprovalRecord,
+        ModelRequest,
+        PendingApproval,
+        RetrySpec,
+        RunInput,
+        RunResult,
+        RunState,
+        RunStatusName,
+        Step,
+        StepState,
+        ToolCall,
+        ToolResult,
+        Usage,
+    )
+
+STATUS_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunStatus")
+LABELS_ATTRIBUTE = SearchAttributeKey.for_keyword_list("LongrunLabels")
+
+TOOL_TIMEOUT = timedelta(minutes=10)
+TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+MODEL_TIMEOUT = timedelta(minutes=5)
+MAX_RETRY_INTERVAL = timedelta(minutes=1)
+PREVIEW_CHARS = 500
+
+
+class StepFailed(Exception):
+    """A step ended in failure; the run fails with this message."""
+
+
+def _retry_policy(spec: RetrySpec | None) -> RetryPolicy:
+    spec = spec or RetrySpec()
+    return RetryPolicy(
+        maximum_attempts=spec.max_attempts,
+        initial_interval=timedelta(seconds=spec.initial_interval_s),
+        backoff_coefficient=spec.backoff,
+        maximum_interval=max(MAX_RETRY_INTERVAL, timedelta(seconds=spec.initial_interval_s)),
+    )
+
+
+def _preview(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
+
+
+def _failure(exc: ActivityError) -> tuple[str, int]:
+    """The person-readable message and attempt count of a failed activity."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        attempt = 0
+        if cause.details and isinstance(cause.details[0], dict):
+            attempt = int(cause.details[0].get("attempt", 0))
+        return cause.message, attempt
+    if cause is not None:
+        return str(cause) or type(cause).__name__, 0
+    return str(exc), 0
+
+
+@workflow.defn(name="longrun.Run")
+class RunWorkflow:
+    """One run: plan steps as activities, approval gates, durable waits, queryable state."""
+
+    @workflow.init
+    def __init__(self, inp: RunInput) -> None:
+        self._inp = inp
+        self._steps = {s.id: StepState(id=s.id, kind=s.kind) for s in inp.plan.steps}
+        self._approvals: dict[str, ApprovalRecord] = {}
+        self._usage = Usage()
+        self._status: RunStatusName = "running"
+        self._result: Any = None
+        self._error: str | None = None
+
+    # --- handlers ---------------------------------------------------------------------------
+
+    @workflow.query(name="status")
+    def status(self) -> RunState:
+        """Where the run stands: steps, approvals, usage, result."""
+        return RunState(
+            run_id=self._inp.run_id,
+            goal=self._inp.goal,
+            status=self._status,
+            steps=list(self._steps.values()),
+            pending_approvals=[
+                PendingApproval.model_validate(
+                    a.model_dump(include=set(PendingApproval.model_fields))
+                )
+                for a in self._approvals.values()
+                if a.decision is None
+            ],
+            approvals=list(self._approvals.values()),
+            usage=self._usage,
+            labels=self._inp.labels,
+            result=self._result,
+            error=self._error,
+        )
+
+    @workflow.signal(name="decide")
+    def decide(self, decision: ApprovalDecision) -> None:
+        """A person's decision on an approval request; the first decision wins."""
+        record = self._approvals.get(decision.approval_id)
+        if record is None or record.decision is not None:
+            workflow.logger.warning(
+                "ignoring decision on %s: unknown or decided", decision.approval_id
+            )
+            return
+        record.decision = decision.decision
+        record.decided_at = workflow.now()
+        record.decided_by = decision.actor
+        record.comment = decision.comment
+
+    # --- main loop --------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: RunInput) -> RunResult:
+        """Run the plan to completion, failure or cancellation."""
+        self._refresh()
+        try:
+            await self._execute()
+        except asyncio.CancelledError:
+            self._finish("cancelled", "cancelled on request")
+            raise
+        except StepFailed as exc:
+            self._finish("failed", str(exc))
+            raise ApplicationError(str(exc), type="RunFailed", non_retryable=True) from None
+        depended_on = {d for s in inp.plan.steps for d in (s.depends_on or [])}
+        self._result = {
+            s.id: self._steps[s.id].output
+            for s in inp.plan.steps
+            if s.id not in depended_on and self._steps[s.id].status == "completed"
+        }
+        self._finish("completed", None)
+        return RunResult(outputs=self._result)
+
+    async def _execute(self) -> None:
+        steps = {s.id: s for s in self._inp.plan.steps}
+        pending = list(steps)
+        running: dict[str, asyncio.Task[None]] = {}
+        try:
+            while pending or running:
+                for step_id in list(pending):
+                    deps = steps[step_id].depends_on or []
+                    if all(self._steps[d].status in ("completed", "skipped") for d in deps):
+                        pending.remove(step_id)
+                        running[step_id] = asyncio.create_task(self._run_step(steps[step_id]))
+                self._refresh()
+                await workflow.wait(list(running.values()), return_when=asyncio.FIRST_COMPLETED)
+                # Iterate in start order, not set order, so replay sees the same sequence.
+                for step_id, task in list(running.items()):
+                    if task.done():
+                        del running[step_id]
+                        task.result()
+        except BaseException as exc:
+            reason = str(exc) if isinstance(exc, StepFailed) else "run cancelled"
+            for task in running.values():
+                task.cancel()
+            await asyncio.gather(*running.values(), return_exceptions=True)
+            for step_id in pending:
+                self._steps[step_id].status = "cancelled"
+                self._steps[step_id].error = f"not started: {reason}"
+            raise
+
+    async def _run_step(self, step: Step) -> None:
+        state = self._steps[step.id]
+        try:
+            output = await self._perform(step, state)
+        except asyncio.CancelledError:
+            state.status = "cancelled"
+            state.finished_at = workflow.now()
+            raise
+        except StepFailed as exc:
+            state.status = "failed"
+            state.error = str(exc)
+            state.finished_at = workflow.now()
+            raise StepFailed(f"step '{step.id}' failed: {exc}") from None
+        finally:
+            self._refresh()
+        if output is None:
+            state.status = "skipped"
+        else:
+            state.status = "completed"
+            state.output = output
+        state.finished_at = workflow.now()
+
+    async def _perform(self, step: Step, state: StepState) -> dict[str, Any] | None:
+        """Run one step; None means it was skipped after a rejection."""
+        try:
+            resolved = self._resolve(step)
+        except plans.ReferenceError_ as exc:
+            raise StepFailed(str(exc)) from None
+
+        if step.approval is not None or step.requires_approval:
+            summary = (
+                resolved.get("message") or f"{step.kind} step '{step.id}': {_preview(resolved)}"
+            )
+            record = await self._await_approval(step, summary)
+            if record.decision == "reject":
+                if step.on_reject == "skip":
+                    return None
+                reason = f": {record.comment}" if record.comment else ""
+                raise StepFailed(f"rejected by {record.decided_by}{reason}")
+            if step.approval is not None:
+                state.started_at = state.finished_at = workflow.now()
+                return {"approved_by": record.decided_by, "comment": record.comment}
+
+        state.status = "running"
+        state.started_at = workflow.now()
+        self._refresh()
+        try:
+            if step.wait is not None:
+                await workflow.sleep(timedelta(seconds=step.wait.seconds))
+                return {"waited_s": step.wait.seconds}
+            if step.model is not None:
+                return await self._call_model(step, state, resolved)
+            return await self._call_tool(step, state, resolved)
+        except ActivityError as exc:
+            message, attempts = _failure(exc)
+            state.attempts = attempts or state.attempts
+            raise StepFailed(message) from None
+
+    def _resolve(self, step: Step) -> dict[str, Any]:
+        def output_of(step_id: str) -> Any:
+            dep = self._steps[step_id]
+            if dep.status != "completed":
+                raise plans.ReferenceError_(f"step '{step_id}' has no output (it is {dep.status})")
+            return dep.output
+
+        if step.tool is not None:
+            return dict(plans.resolve(step.args, output_of))
+        if step.model is not None:
+            return dict(plans.resolve(step.model.model_dump(), output_of))
+        if step.approval is not None:
+            return {"message": plans.resolve(step.approval.message, output_of)}
+        return {}
+
+    async def _await_approval(self, step: Step, summary: str) -> ApprovalRecord:
+        approval_id = f"apr-{step.id}"
+        record = ApprovalRecord(
+            approval_id=approval_id,
+            step_id=step.id,
+            summary=summary,
+            requested_at=workflow.now(),
+        )
+        self._approvals[approval_id] = record
+        self._steps[step.id].status = "waiting_approval"
+        self._refresh()
+        await workflow.wait_condition(lambda: record.decision is not None)
+        return record
+
+    async def _call_tool(
+        self, step: Step, state: StepState, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        assert step.tool is not None
+        call = ToolCall(
+            run_id=self._inp.run_id,
+            step_id=step.id,
+            # Stable across retries and continue-as-new: tools use it to apply an effect once.
+            idempotency_key=f"{self._inp.run_id}:{step.id}",
+            args=args,
+        )
+        result: ToolResult = await workflow.execute_activity(
+            f"tool.{step.tool}",
+            call,
+            result_type=ToolResult,
+            start_to_close_timeout=timedelta(seconds=step.timeout_s)
+            if step.timeout_s
+            else TOOL_TIMEOUT,
+            heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
+            retry_policy=_retry_policy(step.retry),
+            summary=f"step {step.id}: tool {step.tool}",
+        )
+        state.attempts = result.attempt
+        return result.output
+
+    async def _call_model(
+        self, step: Step, state: StepState, spec: dict[str, Any]
+    ) -> dict[str, Any]:
+        model = spec.get("model") or self._inp.config.default_model
+        result = await workflow.execute_activity_method(
+            ModelActivities.complete,
+            ModelRequest(
+                run_id=self._inp.run_id,
+                step_id=step.id,
+                model=model,
+                prompt=spec["prompt"],
+                system=spec.get("system"),
+                json_schema=spec.get("json_schema"),
+            ),
+            start_to_close_timeout=timedelta(seconds=step.timeout_s)
+            if step.timeout_s
+            else MODEL_TIMEOUT,
+            retry_policy=_retry_policy(step.retry),
+            summary=f"step {step.id}: model {model}",
+        )
+        state.attempts = result.attempt
+        self._usage.model_calls += 1
+        self._usage.input_tokens += result.input_tokens
+        self._usage.output_tokens += result.output_tokens
+        output: dict[str, Any] = {
+            "text": result.text,
+            "model": result.model,
+            "input_tokens": result.input_tokens,
+            "output_tokens": result.output_tokens,
+        }
+        if result.json_value is not None:
+            output["json"] = result.json_value
+        return output
+
+    # --- status -----------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        """Recompute the run status, publish it as a search attribute and in the Web UI."""
+        if self._status in ("running", "waiting_approval"):
+            waiting = any(a.decision is None for a in self._approvals.values())
+            status: RunStatusName = "waiting_approval" if waiting else "running"
+            if status != self._status:
+                self._status = status
+                workflow.upsert_search_attributes([STATUS_ATTRIBUTE.value_set(status)])
+        done = sum(1 for s in self._steps.values() if s.status in ("completed", "skipped"))
+        details = [f"{self._status}: {done}/{len(self._steps)} steps done"]
+        active = [s.id for s in self._steps.values() if s.status == "running"]
+        if active:
+            details.append("running: " + ", ".join(active))
+        waits = [
+            f"{a.approval_id} (step {a.step_id})"
+            for a in self._approvals.values()
+            if a.decision is None
+        ]
+        if waits:
+            details.append("waiting for approval: " + ", ".join(waits))
+        if self._error:
+            details.append(f"error: {self._error}")
+        workflow.set_current_details("\n".join(details))
+
+    def _finish(self, status: RunStatusName, error: str | None) -> None:
+        self._status = status
+        self._error = error
+        for state in self._steps.values():
+            if state.status in ("pending", "waiting_approval", "running"):
+                state.status = "cancelled"
+        workflow.upsert_search_attributes([STATUS_ATTRIBUTE.value_set(status)])
+        self._refresh()
