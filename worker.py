@@ -8,7 +8,7 @@ import signal
 
 from temporalio.worker import Worker
 
-from activities import build_activities
+from activities import activities_for
 from longrun.settings import Settings, get_settings
 from longrun.temporal import connect, ensure_search_attributes
 from workflows import RunWorkflow
@@ -24,11 +24,14 @@ async def run_worker(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with Worker(
-        client,
-        task_queue=settings.task_queue,
-        workflows=[RunWorkflow],
-        activities=build_activities(settings),
+    async with (
+        activities_for(settings) as activities,
+        Worker(
+            client,
+            task_queue=settings.task_queue,
+            workflows=[RunWorkflow],
+            activities=activities,
+        ),
     ):
         log.info(
             "worker polling task queue %r on %s (namespace %s)",

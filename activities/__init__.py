@@ -1,6 +1,7 @@
 """Everything that touches the world: model calls and tools, as Temporal activities."""
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from activities.model import ModelActivities
@@ -8,9 +9,14 @@ from activities.tools import REGISTRY, build_tool_activities
 from longrun.settings import Settings
 
 
-def build_activities(settings: Settings) -> list[Callable[..., Any]]:
-    """Every activity a longrun worker hosts, bound to `settings`."""
-    return [ModelActivities(settings).complete, *build_tool_activities(settings)]
+@asynccontextmanager
+async def activities_for(settings: Settings) -> AsyncIterator[list[Callable[..., Any]]]:
+    """Every activity a longrun worker hosts, bound to `settings`; closes clients on exit."""
+    model = ModelActivities(settings)
+    try:
+        yield [model.complete, *build_tool_activities(settings)]
+    finally:
+        await model.aclose()
 
 
-__all__ = ["REGISTRY", "ModelActivities", "build_activities"]
+__all__ = ["REGISTRY", "ModelActivities", "activities_for"]

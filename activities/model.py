@@ -53,6 +53,12 @@ class ModelActivities:
             )
         return self._client
 
+    async def aclose(self) -> None:
+        """Close the HTTP connections of the client, if one was made."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
     @activity.defn(name="model.complete")
     async def complete(self, req: ModelRequest) -> ModelResult:
         """Ask the model once; transient provider failures are raised for Temporal to retry."""

@@ -1,0 +1,34 @@
+# The README's two commands: `make run` and `make test`. Both set up .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: run test lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)  ## the whole local stack: Temporal + UI, worker, API (+ model stand-in)
+	$(BIN)/longrun dev
+
+test: lint typecheck unit  ## everything CI runs
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+bench: $(STAMP)  ## speed against bare Temporal, printed, never asserted
+	$(BIN)/python bench/overhead.py
+
+clean:
+	rm -rf $(VENV) .longrun .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,68 @@
+"""Helpers the tests share: servers in threads, the stand-in handle, run submission."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import uvicorn
+
+from longrun.devstack import free_port
+
+Poll = Callable[..., Awaitable[dict[str, Any]]]
+
+
+class ServerThread:
+    """An ASGI app served by uvicorn on a loopback port in a background thread."""
+
+    def __init__(self, app: Any) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        while not self._server.started:
+            self._thread.join(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+
+
+class StandIn:
+    """Test-side handle on the stand-in model server: script it, read what it received."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.base_url = f"{url}/v1"
+
+    def rule(self, **rule: Any) -> None:
+        """Append a scripted rule (see longrun.standin.Rule)."""
+        httpx.post(f"{self.url}/_standin/rules", json=rule).raise_for_status()
+
+    def calls(self, match: str | None = None) -> list[dict[str, Any]]:
+        """Calls received whose messages contain `match`."""
+        params = {"match": match} if match else {}
+        response = httpx.get(f"{self.url}/_standin/calls", params=params)
+        response.raise_for_status()
+        calls: list[dict[str, Any]] = response.json()
+        return calls
+
+    def reset(self) -> None:
+        """Drop all rules and recorded calls."""
+        httpx.delete(f"{self.url}/_standin/rules").raise_for_status()
+
+
+async def submit(api: httpx.AsyncClient, steps: list[dict[str, Any]], **extra: Any) -> str:
+    """POST a plan and return its run id (asserting 202)."""
+    response = await api.post("/v1/runs", json={"goal": "test", "plan": {"steps": steps}, **extra})
+    assert response.status_code == 202, response.text
+    run_id: str = response.json()["run_id"]
+    return run_id
