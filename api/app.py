@@ -15,10 +15,6 @@ from longrun.settings import Settings, get_settings
 log = logging.getLogger("longrun.api")
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     """Refuse request bodies above a size limit before they are parsed."""
 
@@ -55,21 +51,32 @@ class BodyLimit:
         if length is not None and length.isdigit() and int(length) > self.limit:
             await self._refuse(send, length.decode())
             return
+        # Read the body up front (it is small by definition) so that an oversized stream is
+        # refused before any route sees it, with or without a Content-Length header.
+        chunks: list[bytes] = []
         received = 0
-
-        async def limited() -> Message:
-            nonlocal received
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise _BodyTooLarge
-            return message
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            received += len(chunks[-1])
+            if received > self.limit:
+                await self._refuse(send, f"more than {self.limit}")
+                return
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
 
-        try:
-            await self.app(scope, limited, send)
-        except _BodyTooLarge:
-            await self._refuse(send, f"more than {self.limit}")
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

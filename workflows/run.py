@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatusName,
         Step,
         StepState,
+        StepStatusName,
         ToolCall,
         ToolResult,
         Usage,
@@ -172,7 +173,9 @@ class RunWorkflow:
                     if task.done():
                         del running[step_id]
                         task.result()
-        except BaseException as exc:
+        # Not BaseException: a workflow evicted from the worker's cache gets GeneratorExit,
+        # which must pass through without more workflow calls.
+        except (StepFailed, asyncio.CancelledError) as exc:
             reason = str(exc) if isinstance(exc, StepFailed) else "run cancelled"
             for task in running.values():
                 task.cancel()
@@ -187,22 +190,29 @@ class RunWorkflow:
         try:
             output = await self._perform(step, state)
         except asyncio.CancelledError:
-            state.status = "cancelled"
-            state.finished_at = workflow.now()
+            self._settle(state, "cancelled")
             raise
         except StepFailed as exc:
-            state.status = "failed"
-            state.error = str(exc)
-            state.finished_at = workflow.now()
+            self._settle(state, "failed", error=str(exc))
             raise StepFailed(f"step '{step.id}' failed: {exc}") from None
-        finally:
-            self._refresh()
         if output is None:
-            state.status = "skipped"
+            self._settle(state, "skipped")
         else:
-            state.status = "completed"
-            state.output = output
+            self._settle(state, "completed", output=output)
+
+    def _settle(
+        self,
+        state: StepState,
+        status: StepStatusName,
+        *,
+        output: Any = None,
+        error: str | None = None,
+    ) -> None:
+        state.status = status
+        state.output = output
+        state.error = error
         state.finished_at = workflow.now()
+        self._refresh()
 
     async def _perform(self, step: Step, state: StepState) -> dict[str, Any] | None:
         """Run one step; None means it was skipped after a rejection."""

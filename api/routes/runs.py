@@ -203,7 +203,9 @@ async def list_runs(
     page_size: Annotated[int, Query(ge=1, le=100)] = 20,
     page_token: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> RunList:
-    """List runs, newest first, filtered by status and labels."""
+    """List runs, newest first: live runs by start time, then ended runs by end time."""
+    # No ORDER BY: SQL visibility (the dev server, PostgreSQL) rejects it, and its native order
+    # is already newest first, live runs before ended ones.
     clauses = [f"WorkflowType = '{WORKFLOW_TYPE}'"]
     if status is not None:
         clauses.append(f"({STATUS_FILTERS[status]})")
@@ -217,13 +219,15 @@ async def list_runs(
     token: bytes | None = None
     if page_token:
         try:
-            token = base64.urlsafe_b64decode(page_token.encode())
+            token = base64.b64decode(page_token, altchars=b"-_", validate=True)
         except (binascii.Error, ValueError):
             raise _fail_validation(
                 ("query", "page_token"), "not a page token", page_token
             ) from None
     listing = client.list_workflows(
-        " AND ".join(clauses), page_size=page_size, next_page_token=token
+        " AND ".join(clauses),
+        page_size=page_size,
+        next_page_token=token,
     )
     try:
         await listing.fetch_next_page()

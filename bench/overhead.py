@@ -1,0 +1,201 @@
+"""What longrun costs per step on top of bare Temporal.
+
+Starts one headless Temporal dev server and, in this process, two workers on the same client
+(pydantic data converter): one hosts longrun's `RunWorkflow` with its real activities, the
+other a bare workflow defined here. Each side then runs N no-op steps, one activity per step,
+strictly in sequence:
+
+- longrun: a plan of N `echo` tool steps (each depends on the previous one), started the way
+  `POST /v1/runs` starts a run;
+- bare: `bench.Bare`, a loop of N `workflow.execute_activity` calls of a no-op activity with
+  the timeouts and retry policy of a longrun tool step.
+
+Runs alternate between the sides (and which side goes first) so both share the machine's
+noise. A run is timed from start to result, so per-step ms = run time / N and includes
+starting and completing the workflow, spread over its steps.
+
+Reading the ratio (longrun / bare, medians): 1.00 means longrun adds nothing measurable to
+Temporal's own cost of a workflow task plus an activity task per step; 1.25 means a step
+costs a quarter more. The target is <= 1.25 at N=50. Both workflows run in the sandbox.
+The script prints and always exits 0: speed is never a pass/fail here.
+
+    .venv/bin/python bench/overhead.py [--steps 50] [--runs 5] [--warmup 1]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# `python bench/overhead.py` puts bench/ on sys.path, not the repo root holding the packages.
+# Guarded because the workflow sandbox re-executes this module for every bare run.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio import activity, workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    # Safe to pass through: no I/O at import, and the bare workflow only reads constants.
+    # It also spares the sandbox re-importing all of this for every bare run, a cost the
+    # longrun side does not pay either (workflows/run.py passes its imports through too).
+    from temporalio.client import Client
+    from temporalio.common import SearchAttributePair, TypedSearchAttributes
+    from temporalio.worker import Worker
+
+    from activities import REGISTRY, activities_for
+    from longrun.contracts import Plan, RetrySpec, RunConfig, RunInput, Step
+    from longrun.devstack import TemporalDevServer, free_port
+    from longrun.plans import normalize_plan
+    from longrun.settings import Settings
+    from longrun.temporal import connect
+    from workflows import STATUS_ATTRIBUTE, RunWorkflow
+    from workflows.run import MAX_RETRY_INTERVAL, TOOL_HEARTBEAT_TIMEOUT, TOOL_TIMEOUT
+
+# The policy longrun gives a tool step without its own `retry` (workflows/run.py _retry_policy).
+_DEFAULT_RETRY = RetrySpec()
+TOOL_RETRY = RetryPolicy(
+    maximum_attempts=_DEFAULT_RETRY.max_attempts,
+    initial_interval=timedelta(seconds=_DEFAULT_RETRY.initial_interval_s),
+    backoff_coefficient=_DEFAULT_RETRY.backoff,
+    maximum_interval=max(MAX_RETRY_INTERVAL, timedelta(seconds=_DEFAULT_RETRY.initial_interval_s)),
+)
+TARGET_RATIO = 1.25
+
+
+@activity.defn(name="bench.noop")
+async def noop(value: int) -> int:
+    """Do nothing: one step of the bare baseline."""
+    return value
+
+
+@workflow.defn(name="bench.Bare")
+class BareWorkflow:
+    """N sequential no-op activities, timed and retried like longrun tool steps."""
+
+    @workflow.run
+    async def run(self, steps: int) -> int:
+        """Run `steps` no-op activities one after another."""
+        for i in range(steps):
+            await workflow.execute_activity(
+                noop,
+                i,
+                start_to_close_timeout=TOOL_TIMEOUT,
+                heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
+                retry_policy=TOOL_RETRY,
+            )
+        return steps
+
+
+async def run_longrun(client: Client, task_queue: str, steps: int) -> float:
+    """Seconds for one longrun run of `steps` echo steps, started as the API starts runs."""
+    run_id = f"run-{uuid.uuid4().hex}"
+    plan = Plan(steps=[Step(id=f"s{i}", tool="echo", args={"value": i}) for i in range(steps)])
+    inp = RunInput(
+        run_id=run_id,
+        goal=f"bench: {steps} no-op steps",
+        plan=normalize_plan(plan, REGISTRY),
+        labels={},
+        config=RunConfig(default_model="x"),
+    )
+    started = time.perf_counter()
+    await client.execute_workflow(
+        RunWorkflow.run,
+        inp,
+        id=run_id,
+        task_queue=task_queue,
+        search_attributes=TypedSearchAttributes([SearchAttributePair(STATUS_ATTRIBUTE, "running")]),
+    )
+    return time.perf_counter() - started
+
+
+async def run_bare(client: Client, task_queue: str, steps: int) -> float:
+    """Seconds for one bare run of `steps` no-op activities."""
+    started = time.perf_counter()
+    await client.execute_workflow(
+        BareWorkflow.run, steps, id=f"bench-bare-{uuid.uuid4().hex}", task_queue=task_queue
+    )
+    return time.perf_counter() - started
+
+
+async def bench(steps: int, runs: int, warmup: int) -> None:
+    """Start Temporal and both workers, run the sides interleaved, print the table."""
+    with tempfile.TemporaryDirectory(prefix="longrun-bench-") as tmp:
+        server = TemporalDevServer(Path(tmp) / "temporal.db", port=free_port())
+        server.start()
+        try:
+            await server.wait_ready()
+            settings = Settings(
+                _env_file=None,  # type: ignore[call-arg]
+                TEMPORAL_ADDRESS=server.address,
+                LONGRUN_TASK_QUEUE=f"bench-longrun-{uuid.uuid4().hex[:8]}",
+                LONGRUN_DATA_DIR=Path(tmp) / "data",
+                OPENAI_BASE_URL="http://127.0.0.1:9/v1",
+                OPENAI_API_KEY="x",
+            )
+            bare_queue = f"bench-bare-{uuid.uuid4().hex[:8]}"
+            client = await connect(settings)
+            times: dict[str, list[float]] = {"longrun": [], "bare": []}
+            async with (
+                activities_for(settings) as activities,
+                Worker(
+                    client,
+                    task_queue=settings.task_queue,
+                    workflows=[RunWorkflow],
+                    activities=activities,
+                ),
+                Worker(client, task_queue=bare_queue, workflows=[BareWorkflow], activities=[noop]),
+            ):
+                for n in range(warmup + runs):
+                    sides = ["longrun", "bare"] if n % 2 == 0 else ["bare", "longrun"]
+                    for side in sides:
+                        if side == "longrun":
+                            took = await run_longrun(client, settings.task_queue, steps)
+                        else:
+                            took = await run_bare(client, bare_queue, steps)
+                        if n >= warmup:
+                            times[side].append(took)
+        finally:
+            server.stop()
+    report(times, steps, runs, warmup)
+
+
+def report(times: dict[str, list[float]], steps: int, runs: int, warmup: int) -> None:
+    """Print per-step milliseconds of each side and the ratio."""
+    per_step = {side: [t * 1000 / steps for t in ts] for side, ts in times.items()}
+    median = {side: statistics.median(ms) for side, ms in per_step.items()}
+    print(f"{steps} no-op steps per run, {runs} runs per side after {warmup} warm-up, interleaved")
+    print(f"{'side':<8} {'median ms/step':>15} {'min':>7} {'max':>7}   runs (ms/step)")
+    for side in ("bare", "longrun"):
+        ms = per_step[side]
+        runs_text = " ".join(f"{m:.2f}" for m in ms)
+        print(f"{side:<8} {median[side]:>15.2f} {min(ms):>7.2f} {max(ms):>7.2f}   {runs_text}")
+    ratio = median["longrun"] / median["bare"]
+    verdict = "within" if ratio <= TARGET_RATIO else "ABOVE"
+    print(f"ratio longrun/bare: {ratio:.2f} ({verdict} the target of {TARGET_RATIO:.2f})")
+
+
+def main() -> None:
+    """Parse the arguments and run the benchmark."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--steps", type=int, default=50, help="no-op steps per run")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per side")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per side first")
+    args = parser.parse_args()
+    if args.steps < 1 or args.runs < 1 or args.warmup < 0:
+        parser.error("--steps and --runs must be >= 1, --warmup >= 0")
+    asyncio.run(bench(args.steps, args.runs, args.warmup))
+
+
+if __name__ == "__main__":
+    main()

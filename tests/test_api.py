@@ -1,0 +1,268 @@
+"""The REST front door: validation, ids, idempotency, listing, errors, health."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from api.app import create_app
+from longrun.settings import Settings
+from tests.helpers import Poll, submit
+
+ECHO = {"id": "a", "tool": "echo", "args": {"value": 1}}
+
+
+async def _count_runs(client: Client, settings: Settings) -> int:
+    count = await client.count_workflows(f"TaskQueue = '{settings.task_queue}'")
+    return count.count
+
+
+def _locs(response: httpx.Response) -> list[list[Any]]:
+    assert response.status_code == 422, response.text
+    return [e["loc"] for e in response.json()["detail"]]
+
+
+@pytest.mark.parametrize(
+    ("steps", "loc", "reason"),
+    [
+        ([{"id": "a", "tool": "nope"}], ["body", "plan", "steps", 0, "tool"], "unknown tool"),
+        (
+            [{"id": "a", "tool": "shell", "args": {"argv": "rm -rf /"}}],
+            ["body", "plan", "steps", 0, "args", "argv"],
+            "valid list",
+        ),
+        (
+            [{"id": "a", "tool": "echo", "args": {"bogus": 1}}],
+            ["body", "plan", "steps", 0, "args", "bogus"],
+            "Extra inputs",
+        ),
+        ([ECHO, ECHO], ["body", "plan", "steps", 1, "id"], "duplicate step id"),
+        (
+            [{"id": "Bad Id!", "tool": "echo"}],
+            ["body", "plan", "steps", 0, "id"],
+            "should match pattern",
+        ),
+        (
+            [
+                {"id": "a", "tool": "echo", "depends_on": ["b"]},
+                {"id": "b", "tool": "echo", "depends_on": ["a"]},
+            ],
+            ["body", "plan", "steps", 0, "depends_on"],
+            "dependency cycle: a -> b -> a",
+        ),
+        (
+            [{"id": "a", "tool": "echo", "depends_on": ["zz"]}],
+            ["body", "plan", "steps", 0, "depends_on", 0],
+            "unknown step 'zz'",
+        ),
+        (
+            [
+                {"id": "a", "tool": "echo"},
+                {"id": "b", "tool": "echo", "depends_on": []},
+                {"id": "c", "tool": "echo", "args": {"value": "{{steps.a.output.value}}"}},
+            ],
+            ["body", "plan", "steps", 2, "args", "value"],
+            "not among this step's dependencies",
+        ),
+        (
+            [ECHO, {"id": "b", "model": {"prompt": "{{ steps.a.outputs }}"}}],
+            ["body", "plan", "steps", 1, "model", "prompt"],
+            "malformed reference",
+        ),
+        (
+            [{"id": "a", "tool": "echo", "model": {"prompt": "x"}}],
+            ["body", "plan", "steps", 0],
+            "exactly one of tool, model, wait, approval",
+        ),
+        ([], ["body", "plan", "steps"], "at least 1 item"),
+        (
+            [{"id": "a", "wait": {"seconds": -1}}],
+            ["body", "plan", "steps", 0, "wait", "seconds"],
+            "greater than or equal to 0",
+        ),
+    ],
+)
+async def test_invalid_plans_are_refused_and_start_nothing(
+    api: httpx.AsyncClient,
+    client: Client,
+    settings: Settings,
+    steps: list[dict[str, Any]],
+    loc: list[Any],
+    reason: str,
+) -> None:
+    response = await api.post("/v1/runs", json={"goal": "g", "plan": {"steps": steps}})
+    assert response.status_code == 422, response.text
+    errors = response.json()["detail"]
+    assert any(e["loc"] == loc and reason in e["msg"] for e in errors), errors
+    assert await _count_runs(client, settings) == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"plan": {"steps": [ECHO]}}, ["body", "goal"]),
+        ({"goal": "", "plan": {"steps": [ECHO]}}, ["body", "goal"]),
+        ({"goal": "g"}, ["body", "plan"]),
+        ({"goal": "g", "plan": {"steps": [ECHO]}, "labels": {"Bad Key": "x"}}, None),
+        ({"goal": "g", "plan": {"steps": [ECHO]}, "labels": {"team": "o'ps"}}, None),
+        ({"goal": "g", "plan": {"steps": [ECHO]}, "extra": 1}, ["body", "extra"]),
+        ([1, 2], ["body"]),
+    ],
+)
+async def test_malformed_bodies_get_422(
+    api: httpx.AsyncClient, body: Any, loc: list[Any] | None
+) -> None:
+    response = await api.post("/v1/runs", json=body)
+    locs = _locs(response)
+    if loc is not None:
+        assert loc in locs
+    else:
+        assert all(item[:2] == ["body", "labels"] for item in locs), locs
+
+
+async def test_oversized_body_is_refused(
+    api: httpx.AsyncClient, client: Client, settings: Settings
+) -> None:
+    huge = "x" * (settings.max_request_bytes + 1)
+    response = await api.post("/v1/runs", json={"goal": "g", "plan": {"steps": [ECHO]}, "h": huge})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body"]
+    assert "limit" in response.json()["detail"][0]["msg"]
+
+    async def chunks() -> Any:  # no Content-Length: the limit still holds while streaming
+        for _ in range(settings.max_request_bytes // 65536 + 2):
+            yield b"x" * 65536
+
+    response = await api.post(
+        "/v1/runs", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert await _count_runs(client, settings) == 0
+
+
+async def test_idempotency_key_returns_the_same_run(
+    api: httpx.AsyncClient, client: Client, settings: Settings
+) -> None:
+    body = {"goal": "idem", "plan": {"steps": [ECHO]}}
+    headers = {"Idempotency-Key": f"key-{settings.task_queue}"}
+    first = await api.post("/v1/runs", json=body, headers=headers)
+    second = await api.post("/v1/runs", json=body, headers=headers)
+    assert first.status_code == second.status_code == 202
+    assert first.json()["run_id"] == second.json()["run_id"]
+    other = await api.post("/v1/runs", json={**body, "goal": "something else"}, headers=headers)
+    assert other.status_code == 409
+    assert "Idempotency-Key" in other.json()["detail"]
+    assert await _count_runs(client, settings) == 1
+    without = await api.post("/v1/runs", json=body)
+    assert without.json()["run_id"] != first.json()["run_id"]
+
+
+async def test_unknown_ids_are_404(api: httpx.AsyncClient, worker: Worker, wait_run: Poll) -> None:
+    for path in ("/v1/runs/run-0123456789abcdef0123456789abcdef", "/v1/runs/nonsense"):
+        assert (await api.get(path)).status_code == 404
+    missing = "/v1/runs/run-0123456789abcdef0123456789abcdef"
+    decision = {"decision": "approve"}
+    assert (await api.post(f"{missing}/approvals/apr-x", json=decision)).status_code == 404
+    assert (await api.post(f"{missing}/cancel")).status_code == 404
+
+    run_id = await submit(api, [{"id": "gate", "approval": {"message": "go?"}}])
+    await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+    response = await api.post(f"/v1/runs/{run_id}/approvals/apr-nope", json=decision)
+    assert response.status_code == 404
+    bad = await api.post(f"/v1/runs/{run_id}/approvals/apr-gate", json={"decision": "maybe"})
+    assert bad.status_code == 422
+
+
+async def test_second_decision_is_409_and_changes_nothing(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+) -> None:
+    run_id = await submit(
+        api,
+        [
+            {"id": "gate", "approval": {"message": "ship it?"}},
+            {"id": "after", "tool": "echo", "args": {"value": "{{steps.gate.output.comment}}"}},
+        ],
+    )
+    await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+    url = f"/v1/runs/{run_id}/approvals/apr-gate"
+    first = await api.post(url, json={"decision": "approve", "comment": "yes"})
+    assert first.status_code == 202
+    run = await wait_run(run_id)
+    assert run["status"] == "completed"
+    assert run["steps"][1]["output"] == {"value": "yes"}
+    again = await api.post(url, json={"decision": "reject"})
+    assert again.status_code == 409
+    run = (await api.get(f"/v1/runs/{run_id}")).json()
+    assert run["approvals"][0]["decision"] == "approve"
+    assert (await api.post(f"/v1/runs/{run_id}/cancel")).status_code == 409
+
+
+async def test_list_filters_by_status_and_label_and_paginates(
+    api: httpx.AsyncClient, worker: Worker, settings: Settings, wait_run: Poll
+) -> None:
+    team = settings.task_queue.replace("test-", "t")
+    done = [await submit(api, [ECHO], labels={"team": team}) for _ in range(3)]
+    for run_id in done:
+        await wait_run(run_id)
+    gated = await submit(api, [{"id": "g", "approval": {"message": "?"}}], labels={"team": team})
+    await wait_run(gated, lambda r: r["status"] == "waiting_approval")
+
+    for _ in range(100):
+        response = await api.get(
+            "/v1/runs", params={"label": f"team:{team}", "status": "completed"}
+        )
+        if len(response.json()["runs"]) == 3:
+            break
+        await asyncio.sleep(0.1)
+    assert sorted(r["run_id"] for r in response.json()["runs"]) == sorted(done)
+    waiting = await api.get(
+        "/v1/runs", params={"label": f"team:{team}", "status": "waiting_approval"}
+    )
+    assert [r["run_id"] for r in waiting.json()["runs"]] == [gated]
+
+    page1 = (await api.get("/v1/runs", params={"label": f"team:{team}", "page_size": 2})).json()
+    assert len(page1["runs"]) == 2 and page1["next_page_token"]
+    page2 = (
+        await api.get(
+            "/v1/runs",
+            params={
+                "label": f"team:{team}",
+                "page_size": 2,
+                "page_token": page1["next_page_token"],
+            },
+        )
+    ).json()
+    seen = [r["run_id"] for r in page1["runs"] + page2["runs"]]
+    assert sorted(seen) == sorted([*done, gated])
+    # Newest first: the live run, then ended runs by most recent end.
+    assert seen[0] == gated
+    ends = [r["closed_at"] for r in page1["runs"][1:] + page2["runs"]]
+    assert ends == sorted(ends, reverse=True)
+
+    for params in ({"label": "no-colon"}, {"label": "team:o'x"}, {"status": "bogus"}):
+        assert (await api.get("/v1/runs", params=params)).status_code == 422
+    assert (await api.get("/v1/runs", params={"page_token": "%%%"})).status_code == 422
+
+
+async def test_temporal_unreachable_is_503(settings: Settings) -> None:
+    dead = settings.model_copy(update={"temporal_address": "127.0.0.1:1"})
+    transport = httpx.ASGITransport(app=create_app(dead))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        assert (await http.get("/healthz")).status_code == 200
+        ready = await http.get("/readyz")
+        assert ready.status_code == 503
+        response = await http.post("/v1/runs", json={"goal": "g", "plan": {"steps": [ECHO]}})
+        assert response.status_code == 503
+        assert "unreachable" in response.json()["detail"]
+
+
+async def test_health_and_docs(api: httpx.AsyncClient) -> None:
+    assert (await api.get("/healthz")).json() == {"status": "ok"}
+    assert (await api.get("/readyz")).json() == {"status": "ready"}
+    spec = (await api.get("/openapi.json")).json()
+    assert "/v1/runs/{run_id}/approvals/{approval_id}" in spec["paths"]

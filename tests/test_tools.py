@@ -1,0 +1,357 @@
+"""The built-in tools, run as real Temporal activities in `ActivityEnvironment` (no server)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import BaseModel
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.tools import REGISTRY, build_tool_activities
+from longrun.contracts import SideEffect, ToolCall
+from longrun.settings import Settings
+from tests.helpers import ServerThread
+
+BAD_PATHS = ["/etc/passwd", "../escaped.txt", "a/../../escaped.txt", "~/escaped.txt"]
+
+
+class Tools:
+    """Calls `tool.<name>` activities for one run."""
+
+    def __init__(self, settings: Settings, run_id: str) -> None:
+        self.run_id = run_id
+        self.fns: dict[str, Callable[..., Any]] = {
+            activity._Definition.must_from_callable(fn).name: fn
+            for fn in build_tool_activities(settings)
+        }
+
+    async def run(self, name: str, env: ActivityEnvironment | None = None, **args: Any) -> Any:
+        call = ToolCall(run_id=self.run_id, step_id="s1", idempotency_key="k", args=args)
+        result = await (env or ActivityEnvironment()).run(self.fns[f"tool.{name}"], call)
+        assert result.attempt == 1
+        return result.output
+
+    async def fail(self, name: str, **args: Any) -> ApplicationError:
+        with pytest.raises(ApplicationError) as info:
+            await self.run(name, **args)
+        assert info.value.details[0]["attempt"] == 1
+        return info.value
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie nobody reaped counts as dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def gone(pid: int) -> bool:
+    for _ in range(50):
+        if not alive(pid):
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def pid_from(path: Path) -> int:
+    for _ in range(250):
+        if path.exists() and path.read_text().strip():
+            return int(path.read_text())
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{path} was never written")
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Settings:
+    return Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        LONGRUN_DATA_DIR=tmp_path,
+        LONGRUN_HTTP_ALLOW_HOSTS="127.0.0.1,localhost",
+    )
+
+
+@pytest.fixture
+def tools(cfg: Settings) -> Tools:
+    return Tools(cfg, "run-" + uuid.uuid4().hex)
+
+
+@pytest.fixture
+def workspace(cfg: Settings, tools: Tools) -> Path:
+    path = cfg.workspaces_dir / tools.run_id / "workspace"
+    path.mkdir(parents=True)
+    return path
+
+
+async def _echo(request: Request) -> Response:
+    return JSONResponse({"key": request.headers.get("idempotency-key")})
+
+
+async def _busy(request: Request) -> Response:
+    return PlainTextResponse("busy", status_code=503, headers={"Retry-After": "7"})
+
+
+async def _missing(request: Request) -> Response:
+    return PlainTextResponse("no such thing", status_code=404)
+
+
+async def _big(request: Request) -> Response:
+    return PlainTextResponse("x" * 200_000)
+
+
+@pytest.fixture(scope="module")
+def http_url() -> Iterator[str]:
+    paths = {"/echo": _echo, "/busy": _busy, "/missing": _missing, "/big": _big}
+    app = Starlette(routes=[Route(p, fn, methods=["GET", "POST"]) for p, fn in paths.items()])
+    with ServerThread(app) as server:
+        yield server.url
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+async def test_write_then_read_round_trip_inside_the_run_workspace(
+    tools: Tools, tmp_path: Path
+) -> None:
+    written = await tools.run("write_file", path="notes/a.txt", content="héllo\n")
+    data = "héllo\n".encode()
+    assert written == {"path": "notes/a.txt", "bytes": len(data), "sha256": _sha(data)}
+    on_disk = tmp_path / "runs" / tools.run_id / "workspace" / "notes" / "a.txt"
+    assert on_disk.read_bytes() == data
+    read = await tools.run("read_file", path="notes/a.txt")
+    assert read == {"path": "notes/a.txt", "content": "héllo\n", "bytes": 7, "truncated": False}
+
+
+@pytest.mark.parametrize("tool", ["read_file", "write_file"])
+@pytest.mark.parametrize("path", BAD_PATHS)
+async def test_paths_outside_the_workspace_are_invalid_args(
+    tools: Tools, tmp_path: Path, tool: str, path: str
+) -> None:
+    extra = {"content": "x"} if tool == "write_file" else {}
+    err = await tools.fail(tool, path=path, **extra)
+    assert err.type == "InvalidArgs" and err.non_retryable
+    assert "invalid arguments" in err.message and "path" in err.message
+    assert not list(tmp_path.rglob("escaped.txt"))
+
+
+async def test_symlinks_leading_out_are_refused_for_read_and_write(
+    tools: Tools, workspace: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret")
+    (workspace / "dir_link").symlink_to(outside)
+    (workspace / "file_link").symlink_to(outside / "secret.txt")
+    for path in ["dir_link/secret.txt", "file_link"]:
+        err = await tools.fail("read_file", path=path)
+        assert err.non_retryable and "leads outside the run's workspace" in err.message
+    for path in ["dir_link/new.txt", "file_link", "dir_link/sub/new.txt"]:
+        err = await tools.fail("write_file", path=path, content="pwned")
+        assert err.non_retryable and "leads outside the run's workspace" in err.message
+    assert sorted(p.name for p in outside.rglob("*")) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "secret"
+
+
+async def test_read_of_a_missing_file_is_a_clear_fatal_error(tools: Tools) -> None:
+    err = await tools.fail("read_file", path="nope.txt")
+    assert err.non_retryable and err.type == "NotFound"
+    assert err.message == "no file 'nope.txt' in the run's workspace"
+
+
+async def test_read_truncates_at_max_bytes(tools: Tools) -> None:
+    await tools.run("write_file", path="digits.txt", content="0123456789" * 10)
+    read = await tools.run("read_file", path="digits.txt", max_bytes=10)
+    assert read["content"] == "0123456789"
+    assert read["bytes"] == 100 and read["truncated"] is True
+
+
+@pytest.mark.parametrize("path", [".", "sub"])
+async def test_write_onto_a_directory_is_fatal_and_leaves_nothing(
+    tools: Tools, workspace: Path, cfg: Settings, path: str
+) -> None:
+    (workspace / "sub").mkdir()
+    err = await tools.fail("write_file", path=path, content="x")
+    assert err.non_retryable, err.message
+    left = sorted(str(p.relative_to(cfg.workspaces_dir)) for p in cfg.workspaces_dir.rglob("*"))
+    run = tools.run_id
+    assert left == [run, f"{run}/workspace", f"{run}/workspace/sub"]
+
+
+# --- shell and python ----------------------------------------------------------------------
+
+
+async def test_shell_runs_argv_in_the_workspace(tools: Tools, workspace: Path) -> None:
+    out = await tools.run("shell", argv=["pwd"])
+    assert out["exit_code"] == 0 and out["truncated"] is False
+    assert out["stdout"] == f"{workspace.resolve()}\n"
+
+
+async def test_shell_nonzero_exit(tools: Tools) -> None:
+    argv = ["sh", "-c", "echo oops >&2; exit 3"]
+    err = await tools.fail("shell", argv=argv)
+    assert err.non_retryable and "sh exited with 3" in err.message and "oops" in err.message
+    out = await tools.run("shell", argv=argv, check=False)
+    assert out["exit_code"] == 3 and out["stderr"] == "oops\n"
+
+
+async def test_shell_output_is_capped_at_64_kib(tools: Tools) -> None:
+    out = await tools.run("shell", argv=["sh", "-c", "yes | head -c 200000"])
+    assert len(out["stdout"]) == 64 * 1024 and out["truncated"] is True
+
+
+async def test_shell_timeout_kills_the_command(tools: Tools, workspace: Path) -> None:
+    err = await tools.fail(
+        "shell", argv=["sh", "-c", "echo $$ > pid; exec sleep 30"], timeout_s=0.5
+    )
+    assert err.non_retryable and err.type == "Timeout"
+    assert err.message == "sh timed out after 0.5s"
+    assert await gone(await pid_from(workspace / "pid"))
+
+
+async def test_shell_timeout_kills_background_children_too(tools: Tools, workspace: Path) -> None:
+    # The leader exits at once; its child keeps stdout open until the timeout.
+    argv = ["sh", "-c", "sleep 30 & echo $! > pid"]
+    err = await tools.fail("shell", argv=argv, timeout_s=0.5)
+    assert err.type == "Timeout"
+    pid = await pid_from(workspace / "pid")
+    try:
+        assert await gone(pid), "the command's child outlived the timeout"
+    finally:
+        if alive(pid):
+            os.kill(pid, 9)
+
+
+async def test_shell_unknown_command(tools: Tools) -> None:
+    err = await tools.fail("shell", argv=["no-such-command-xyz"])
+    assert err.non_retryable and err.message == "command not found: no-such-command-xyz"
+
+
+async def test_shell_stdin_the_command_does_not_read_is_not_an_error(tools: Tools) -> None:
+    out = await tools.run("shell", argv=["true"], stdin="x" * 1_000_000)
+    assert out["exit_code"] == 0
+
+
+async def test_shell_env_holds_no_worker_secrets(
+    tools: Tools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-test")
+    lines = (await tools.run("shell", argv=["env"]))["stdout"].splitlines()
+    assert "LONGRUN_IDEMPOTENCY_KEY=k" in lines and f"LONGRUN_RUN_ID={tools.run_id}" in lines
+    assert not [line for line in lines if "sk-secret-test" in line or "OPENAI" in line]
+
+
+async def test_python_runs_code(tools: Tools) -> None:
+    out = await tools.run("python", code="import os; print(6 * 7, os.getcwd() != '/')")
+    assert out["stdout"] == "42 True\n" and out["exit_code"] == 0
+
+
+async def test_python_exception_is_an_error(tools: Tools) -> None:
+    err = await tools.fail("python", code="raise ValueError('boom')")
+    assert err.non_retryable and "exited with 1" in err.message
+    assert "ValueError: boom" in err.message
+
+
+async def test_cancel_ends_the_tool_and_its_process(tools: Tools, workspace: Path) -> None:
+    env = ActivityEnvironment()
+    argv = ["sh", "-c", "echo $$ > pid; exec sleep 30"]
+    task = asyncio.create_task(tools.run("shell", env=env, argv=argv))
+    pid = await pid_from(workspace / "pid")
+    assert alive(pid)
+    env.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert await gone(pid)
+
+
+# --- http_request --------------------------------------------------------------------------
+
+
+async def test_http_get_returns_status_body_json_and_sends_idempotency_key(
+    tools: Tools, http_url: str
+) -> None:
+    out = await tools.run("http_request", url=f"{http_url}/echo")
+    assert out["status"] == 200 and out["truncated"] is False
+    assert out["json"] == {"key": "k"} and '"key"' in out["body"]
+
+
+async def test_http_503_is_retryable_and_honours_retry_after(tools: Tools, http_url: str) -> None:
+    err = await tools.fail("http_request", url=f"{http_url}/busy")
+    assert not err.non_retryable and "503" in err.message and "busy" in err.message
+    assert err.next_retry_delay == timedelta(seconds=7)
+
+
+async def test_http_404(tools: Tools, http_url: str) -> None:
+    err = await tools.fail("http_request", url=f"{http_url}/missing")
+    assert err.non_retryable and err.type == "HttpError"
+    assert "answered 404" in err.message
+    out = await tools.run("http_request", url=f"{http_url}/missing", raise_for_status=False)
+    assert out["status"] == 404 and out["body"] == "no such thing"
+
+
+async def test_http_body_is_truncated(tools: Tools, http_url: str) -> None:
+    out = await tools.run("http_request", url=f"{http_url}/big", max_response_bytes=1000)
+    assert out["truncated"] is True and out["body"] == "x" * 1000
+
+
+async def test_http_host_not_allowed_is_refused_before_any_io(
+    tools: Tools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_client(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("an HTTP client was created for a refused host")
+
+    monkeypatch.setattr(httpx, "AsyncClient", no_client)
+    err = await tools.fail("http_request", url="http://example.com/")
+    assert err.non_retryable and "'example.com' is not allowed" in err.message
+    assert "LONGRUN_HTTP_ALLOW_HOSTS" in err.message
+
+
+async def test_http_non_http_scheme_is_invalid_args(tools: Tools) -> None:
+    err = await tools.fail("http_request", url="file:///etc/passwd")
+    assert err.type == "InvalidArgs" and err.non_retryable
+    assert "url must start with http:// or https://" in err.message
+
+
+# --- registry ------------------------------------------------------------------------------
+
+
+def test_every_tool_is_described_and_classified(tools: Tools) -> None:
+    assert set(tools.fns) == {f"tool.{name}" for name in REGISTRY}
+    assert {"echo", "http_request", "shell", "python", "read_file", "write_file"} <= set(REGISTRY)
+    for spec in REGISTRY.values():
+        assert issubclass(spec.args_model, BaseModel), spec.name
+        assert spec.description.strip() and "\n" not in spec.description, spec.name
+        assert isinstance(spec.side_effect, SideEffect) or callable(spec.side_effect)
+
+
+def test_side_effect_classes() -> None:
+    def effect(name: str, **args: Any) -> SideEffect:
+        spec = REGISTRY[name]
+        return spec.side_effect_of(spec.args_model.model_validate(args))
+
+    url = "http://127.0.0.1/"
+    assert effect("http_request", url=url) is SideEffect.READ_ONLY
+    assert effect("http_request", url=url, method="POST") is SideEffect.IRREVERSIBLE
+    assert effect("shell", argv=["true"]) is SideEffect.IRREVERSIBLE
+    assert effect("python", code="pass") is SideEffect.IRREVERSIBLE
+    assert effect("write_file", path="a", content="") is SideEffect.REVERSIBLE
+    assert effect("read_file", path="a") is SideEffect.READ_ONLY
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
