@@ -43,6 +43,7 @@ class Call(BaseModel):
     model: str
     messages: list[dict[str, Any]]
     outcome: str
+    at: float = Field(description="arrival, seconds since the epoch")
 
 
 def example_of(schema: dict[str, Any]) -> Any:
@@ -87,7 +88,7 @@ class StandIn:
 
     def _record(self, model: str, messages: list[dict[str, Any]], outcome: str) -> None:
         with self._lock:
-            self.calls.append(Call(model=model, messages=messages, outcome=outcome))
+            self.calls.append(Call(model=model, messages=messages, outcome=outcome, at=time.time()))
 
     async def complete(self, body: dict[str, Any]) -> Response:
         messages = body.get("messages")

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+from collections.abc import Iterator
+
 import httpx
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
 from temporalio.worker import Worker
 
-from tests.helpers import Poll, StandIn, submit
+from longrun.settings import Settings
+from tests.helpers import Poll, ServerThread, StandIn, submit
 
 
 async def test_plan_with_approval_completes(
@@ -51,3 +59,198 @@ async def test_plan_with_approval_completes(
     assert record["decided_at"] is not None
     calls = standin.calls("Summarize e2e: ok")
     assert len(calls) == 1
+
+
+class Flaky:
+    """A local HTTP service whose paths fail a set number of times before answering."""
+
+    def __init__(self) -> None:
+        self.hits: dict[str, int] = {}
+        self.keys: dict[str, list[str]] = {}
+        app = FastAPI()
+
+        @app.api_route("/{name}/{failures}/{final}", methods=["GET", "POST"])
+        async def flaky(name: str, failures: int, final: int, request: Request) -> Response:
+            count = self.hits[name] = self.hits.get(name, 0) + 1
+            self.keys.setdefault(name, []).append(request.headers.get("idempotency-key", ""))
+            status = 503 if count <= failures else final
+            return JSONResponse({"name": name, "hit": count}, status_code=status)
+
+        self.server = ServerThread(app)
+
+
+@pytest.fixture(scope="module")
+def flaky() -> Iterator[Flaky]:
+    service = Flaky()
+    with service.server:
+        yield service
+
+
+FAST_RETRY = {"max_attempts": 5, "initial_interval_s": 0.1, "backoff": 1.0}
+
+
+async def test_transient_failures_are_retried_until_success(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, flaky: Flaky, wait_run: Poll
+) -> None:
+    standin.rule(match="flaky model", status=500, times=1)
+    standin.rule(match="flaky model", status=429, retry_after=1, times=1)
+    url = f"{flaky.server.url}/transient/2/200"
+    run_id = await submit(
+        api,
+        [
+            {"id": "call", "tool": "http_request", "args": {"url": url}, "retry": FAST_RETRY},
+            {"id": "ask", "model": {"prompt": "flaky model, please"}, "retry": FAST_RETRY},
+        ],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    assert [s["attempts"] for s in run["steps"]] == [3, 3]
+    assert flaky.hits["transient"] == 3
+    # One idempotency key for every attempt of the step.
+    assert flaky.keys["transient"] == [f"{run_id}:call"] * 3
+    calls = standin.calls("flaky model")
+    assert [c["outcome"] for c in calls] == ["500", "429", "ok"]
+    # Retry-After (1s) overrides the 0.1s retry interval.
+    assert calls[2]["at"] - calls[1]["at"] >= 1.0
+    assert run["usage"]["model_calls"] == 1
+
+
+async def test_non_retryable_errors_fail_the_step_after_one_attempt(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, flaky: Flaky, wait_run: Poll
+) -> None:
+    url = f"{flaky.server.url}/missing/0/404"
+    run_id = await submit(
+        api,
+        [
+            {"id": "call", "tool": "http_request", "args": {"url": url}},
+            {"id": "after", "tool": "echo"},
+        ],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "failed"
+    call, after = run["steps"]
+    assert call["status"] == "failed"
+    assert call["attempts"] == 1
+    assert "answered 404" in call["error"]
+    assert flaky.hits["missing"] == 1
+    assert after["status"] == "cancelled"
+    assert "step 'call' failed" in run["error"]
+
+    standin.rule(match="refused prompt", status=400, message="model 'x' does not exist")
+    run_id = await submit(api, [{"id": "ask", "model": {"prompt": "refused prompt"}}])
+    run = await wait_run(run_id)
+    assert run["status"] == "failed"
+    assert run["steps"][0]["attempts"] == 1
+    assert "model 'x' does not exist" in run["steps"][0]["error"]
+    assert len(standin.calls("refused prompt")) == 1
+
+
+async def test_rejection_fails_the_run_unless_the_step_says_skip(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+) -> None:
+    steps = [
+        {"id": "maybe", "tool": "echo", "args": {"value": 1}, "requires_approval": True},
+        {"id": "after", "tool": "echo", "depends_on": ["maybe"]},
+    ]
+    rejected = await submit(api, steps)
+    skipped = await submit(api, [{**steps[0], "on_reject": "skip"}, steps[1]])
+    for run_id in (rejected, skipped):
+        await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+        response = await api.post(
+            f"/v1/runs/{run_id}/approvals/apr-maybe",
+            json={"decision": "reject", "comment": "not today"},
+        )
+        assert response.status_code == 202
+
+    run = await wait_run(rejected)
+    assert run["status"] == "failed"
+    assert [s["status"] for s in run["steps"]] == ["failed", "cancelled"]
+    assert "not today" in run["steps"][0]["error"]
+    assert run["approvals"][0]["decision"] == "reject"
+
+    run = await wait_run(skipped)
+    assert run["status"] == "completed"
+    assert [s["status"] for s in run["steps"]] == ["skipped", "completed"]
+
+
+async def test_steps_without_mutual_dependencies_run_in_parallel(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+) -> None:
+    # Each step waits for the other's flag file: the run completes only if both run at once.
+    def meet(mine: str, theirs: str) -> str:
+        return (
+            "import pathlib, time\n"
+            f"pathlib.Path('{mine}').touch()\n"
+            "for _ in range(300):\n"
+            f"    if pathlib.Path('{theirs}').exists(): break\n"
+            "    time.sleep(0.05)\n"
+            "else: raise SystemExit('never met')\n"
+        )
+
+    run_id = await submit(
+        api,
+        [
+            {"id": "left", "tool": "python", "args": {"code": meet("l", "r")}, "depends_on": []},
+            {"id": "right", "tool": "python", "args": {"code": meet("r", "l")}, "depends_on": []},
+            {"id": "join", "tool": "echo", "depends_on": ["left", "right"]},
+        ],
+    )
+    # python steps are irreversible, so each asks for approval first.
+    await wait_run(run_id, lambda r: len(r["pending_approvals"]) == 2)
+    for step in ("left", "right"):
+        await api.post(f"/v1/runs/{run_id}/approvals/apr-{step}", json={"decision": "approve"})
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    assert list(run["result"]) == ["join"]
+
+
+async def test_cancel_stops_the_running_tool(
+    api: httpx.AsyncClient, worker: Worker, settings: Settings, wait_run: Poll
+) -> None:
+    script = "echo $$ > pid; sleep 60; touch finished"
+    run_id = await submit(
+        api,
+        [
+            {
+                "id": "slow",
+                "tool": "shell",
+                "args": {"argv": ["sh", "-c", script]},
+                "requires_approval": False,
+            },
+            {"id": "never", "tool": "echo"},
+        ],
+    )
+    workspace = settings.workspaces_dir / run_id / "workspace"
+    await wait_run(
+        run_id, lambda r: (workspace / "pid").exists() and r["steps"][0]["status"] == "running"
+    )
+    pid = int((workspace / "pid").read_text())
+    assert (await api.post(f"/v1/runs/{run_id}/cancel")).status_code == 202
+    run = await wait_run(run_id)
+    assert run["status"] == "cancelled"
+    assert [s["status"] for s in run["steps"]] == ["cancelled", "cancelled"]
+    for _ in range(100):  # the kill follows the next heartbeat
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the cancelled command is still running")
+    assert not (workspace / "finished").exists()
+    assert (await api.post(f"/v1/runs/{run_id}/cancel")).status_code == 409
+
+
+async def test_a_reference_to_a_missing_field_fails_the_step_clearly(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+) -> None:
+    run_id = await submit(
+        api,
+        [
+            {"id": "a", "tool": "echo", "args": {"value": {"x": 1}}},
+            {"id": "b", "tool": "echo", "args": {"value": "{{steps.a.output.value.y}}"}},
+        ],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "failed"
+    assert "no field 'y'" in run["steps"][1]["error"]

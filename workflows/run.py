@@ -13,7 +13,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: pydantic models and pure functions, no I/O at import. Passing
@@ -246,6 +246,8 @@ class RunWorkflow:
                 return await self._call_model(step, state, resolved)
             return await self._call_tool(step, state, resolved)
         except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError):
+                raise asyncio.CancelledError from None
             message, attempts = _failure(exc)
             state.attempts = attempts or state.attempts
             raise StepFailed(message) from None
