@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import logging
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from temporalio.service import RPCError
 
 from api.deps import TemporalGateway
 from api.routes import health, runs
@@ -79,6 +81,13 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+async def _temporal_error(request: Request, exc: Exception) -> JSONResponse:
+    """Any Temporal RPC failure a route did not handle: 503, never a stack trace."""
+    message = exc.message if isinstance(exc, RPCError) else str(exc)
+    log.warning("Temporal call failed on %s %s: %s", request.method, request.url.path, message)
+    return JSONResponse({"detail": f"Temporal did not answer: {message}"}, status_code=503)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the API for `settings` (default: from the environment)."""
     settings = settings or get_settings()
@@ -92,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(runs.router)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    app.add_exception_handler(RPCError, _temporal_error)
     return app
 
 

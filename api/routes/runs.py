@@ -113,7 +113,7 @@ async def _query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
     try:
         state = await handle.query(RunWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as exc:
-        if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE):
+        if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
             raise HTTPException(
                 503, "no longrun worker answered the status query; is a worker running?"
             ) from exc

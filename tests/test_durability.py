@@ -1,0 +1,187 @@
+"""Durability: a worker killed with SIGKILL and a Temporal server restarted mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from temporalio.worker import Worker
+
+from activities import activities_for
+from api.app import create_app
+from longrun.devstack import TemporalDevServer, free_port
+from longrun.settings import Settings
+from longrun.temporal import connect
+from tests.helpers import Poll, ServerThread, StandIn, submit
+from workflows import RunWorkflow
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Effects:
+    """A side-effect target: counts arrivals per step and applies each idempotency key once."""
+
+    def __init__(self) -> None:
+        self.arrivals: dict[str, int] = {}
+        self.applied: dict[str, set[str]] = {}
+        self.hold_first: set[str] = set()
+        app = FastAPI()
+
+        @app.post("/effects/{name}")
+        async def effect(name: str, request: Request) -> dict[str, int]:
+            self.arrivals[name] = self.arrivals.get(name, 0) + 1
+            self.applied.setdefault(name, set()).add(request.headers["idempotency-key"])
+            if name in self.hold_first and self.arrivals[name] == 1:
+                await asyncio.sleep(60)  # the worker dies while waiting for this answer
+            return {"applied": len(self.applied[name])}
+
+        self.server = ServerThread(app)
+
+
+@pytest.fixture
+def effects() -> Iterator[Effects]:
+    target = Effects()
+    with target.server:
+        yield target
+
+
+def start_worker(settings: Settings, cwd: Path) -> subprocess.Popen[bytes]:
+    """`python -m worker` as its own process, configured like a deployment would be."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(REPO),
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "LONGRUN_TASK_QUEUE": settings.task_queue,
+        "OPENAI_BASE_URL": settings.openai_base_url or "",
+        "OPENAI_API_KEY": "test-key",
+        "LONGRUN_MODEL": settings.model,
+        "LONGRUN_DATA_DIR": str(settings.data_dir),
+    }
+    log = cwd / f"worker-{len(list(cwd.glob('worker-*.log')))}.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker"], cwd=cwd, env=env, stderr=sink, stdout=sink
+        )
+    for _ in range(600):  # wait until it polls
+        if "worker polling" in log.read_text():
+            return proc
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"worker did not start: {log.read_text()}")
+
+
+def _post(effects: Effects, name: str) -> dict[str, object]:
+    return {
+        "id": name,
+        "tool": "http_request",
+        "args": {"method": "POST", "url": f"{effects.server.url}/effects/{name}"},
+        "requires_approval": False,
+    }
+
+
+async def test_worker_killed_mid_run_finishes_each_step_once(
+    api: httpx.AsyncClient,
+    settings: Settings,
+    standin: StandIn,
+    effects: Effects,
+    wait_run: Poll,
+    tmp_path: Path,
+) -> None:
+    effects.hold_first.add("slow")
+    first = start_worker(settings, tmp_path)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        run_id = await submit(
+            api,
+            [
+                _post(effects, "a"),
+                {"id": "think", "model": {"prompt": "crash model one"}},
+                _post(effects, "b"),
+                _post(effects, "slow"),
+                {"id": "reflect", "model": {"prompt": "crash model two"}},
+                _post(effects, "c"),
+            ],
+        )
+        for _ in range(600):
+            if effects.arrivals.get("slow"):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the run never reached the slow step")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+
+        second = start_worker(settings, tmp_path)
+        run = await wait_run(run_id, timeout_s=120)
+        assert run["status"] == "completed", run
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    # Steps that completed before the kill did not run again.
+    assert effects.arrivals["a"] == effects.arrivals["b"] == 1
+    assert effects.arrivals["c"] == 1
+    # The step in flight was retried, under the same idempotency key, so it applied once.
+    assert effects.arrivals["slow"] == 2
+    assert effects.applied["slow"] == {f"{run_id}:slow"}
+    assert len(standin.calls("crash model one")) == 1
+    assert len(standin.calls("crash model two")) == 1
+    assert run["steps"][3]["attempts"] == 2
+
+
+@pytest.fixture
+async def own_server(tmp_path: Path) -> AsyncIterator[TemporalDevServer]:
+    server = TemporalDevServer(tmp_path / "restart.sqlite", port=free_port())
+    server.start()
+    try:
+        await server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_temporal_restart_mid_run_completes(
+    own_server: TemporalDevServer, settings: Settings, standin: StandIn, wait_run: Poll
+) -> None:
+    settings = settings.model_copy(update={"temporal_address": own_server.address})
+    client = await connect(settings)
+    transport = httpx.ASGITransport(app=create_app(settings))
+    async with (
+        httpx.AsyncClient(transport=transport, base_url="http://api") as api,
+        activities_for(settings) as activities,
+        Worker(
+            client,
+            task_queue=settings.task_queue,
+            workflows=[RunWorkflow],
+            activities=activities,
+        ),
+    ):
+        run_id = await submit(
+            api,
+            [
+                {"id": "before", "tool": "echo", "args": {"value": 1}},
+                {"id": "pause", "wait": {"seconds": 3}},
+                {"id": "after", "model": {"prompt": "after the restart"}},
+            ],
+        )
+        await wait_run(run_id, lambda r: r["steps"][1]["status"] == "running", http=api)
+        own_server.stop()
+        await asyncio.sleep(1)
+        own_server.start()
+        await own_server.wait_ready()
+        run = await wait_run(run_id, timeout_s=120, http=api)
+    assert run["status"] == "completed", run
+    assert [s["status"] for s in run["steps"]] == ["completed"] * 3
+    assert len(standin.calls("after the restart")) == 1
