@@ -1,0 +1,78 @@
+"""Replay: histories of the run workflow replay without non-determinism errors.
+
+Histories saved under tests/histories/ guard running jobs against workflow code changes.
+After a deliberate, `workflow.patched()`-guarded change, record new ones beside the old
+with `LONGRUN_RECORD_HISTORIES=1 pytest tests/test_replay.py`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer, Worker
+
+from tests.helpers import Poll, StandIn, submit
+from workflows import RunWorkflow
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+def _replayer() -> Replayer:
+    return Replayer(workflows=[RunWorkflow], data_converter=pydantic_data_converter)
+
+
+async def test_saved_histories_replay() -> None:
+    files = sorted(HISTORIES.glob("*.json"))
+    assert files, "no saved histories to replay"
+    for path in files:
+        history = WorkflowHistory.from_json(path.stem, path.read_text())
+        result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+async def test_fresh_histories_replay(
+    api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    scenarios = {
+        "approved_plan": [
+            {"id": "fetch", "tool": "echo", "args": {"value": {"n": 1}}},
+            {"id": "think", "model": {"prompt": "n is {{steps.fetch.output.value.n}}"}},
+            {"id": "side", "tool": "echo", "depends_on": ["fetch"]},
+            {"id": "gate", "approval": {"message": "ok?"}, "depends_on": ["think", "side"]},
+            {"id": "nap", "wait": {"seconds": 0.1}},
+            {
+                "id": "write",
+                "tool": "write_file",
+                "args": {"path": "out/r.md", "content": "{{steps.think.output.text}}"},
+            },
+        ],
+        "failed_step": [
+            {"id": "ok", "tool": "echo"},
+            {"id": "bad", "tool": "read_file", "args": {"path": "missing.txt"}},
+            {"id": "never", "tool": "echo"},
+        ],
+        "skipped_on_reject": [
+            {"id": "maybe", "tool": "echo", "requires_approval": True, "on_reject": "skip"},
+            {"id": "after", "tool": "echo"},
+        ],
+    }
+    for name, steps in scenarios.items():
+        run_id = await submit(api, steps)
+        run = await wait_run(run_id, lambda r: r["status"] != "running")
+        for approval in run["pending_approvals"]:
+            decision = "reject" if name == "skipped_on_reject" else "approve"
+            await api.post(
+                f"/v1/runs/{run_id}/approvals/{approval['approval_id']}",
+                json={"decision": decision},
+            )
+        run = await wait_run(run_id)
+        assert run["status"] in ("completed", "failed"), run
+        history = await client.get_workflow_handle(run_id).fetch_history()
+        result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, f"{name}: {result.replay_failure}"
+        if os.environ.get("LONGRUN_RECORD_HISTORIES"):
+            (HISTORIES / f"{name}.json").write_text(history.to_json())
