@@ -9,6 +9,7 @@ from temporalio.api.operatorservice.v1 import (
 )
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
 
 from longrun.settings import Settings
 
@@ -35,6 +36,11 @@ async def ensure_search_attributes(client: Client) -> None:
     )
     missing = {k: v for k, v in SEARCH_ATTRIBUTES.items() if k not in listed.custom_attributes}
     if missing:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
-        )
+        try:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
+            )
+        except RPCError as exc:
+            # Another worker replica registered them first.
+            if exc.status != RPCStatusCode.ALREADY_EXISTS:
+                raise
