@@ -10,6 +10,7 @@ from temporalio.worker import Worker
 
 from activities import activities_for
 from longrun.settings import Settings, get_settings
+from longrun.telemetry import configure_tracing
 from longrun.temporal import connect, ensure_search_attributes
 from workflows import RunWorkflow
 
@@ -45,7 +46,9 @@ async def run_worker(settings: Settings) -> None:
 def main() -> None:
     """Entry point of `python worker.py` and `longrun worker`."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    asyncio.run(run_worker(get_settings()))
+    settings = get_settings()
+    configure_tracing("longrun-worker", settings)
+    asyncio.run(run_worker(settings))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -13,6 +15,7 @@ from temporalio.service import RPCError
 from api.deps import TemporalGateway
 from api.routes import health, runs
 from longrun.settings import Settings, get_settings
+from longrun.telemetry import configure_tracing
 
 log = logging.getLogger("longrun.api")
 
@@ -91,7 +94,14 @@ async def _temporal_error(request: Request, exc: Exception) -> JSONResponse:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the API for `settings` (default: from the environment)."""
     settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        configure_tracing("longrun-api", settings)
+        yield
+
     app = FastAPI(
+        lifespan=lifespan,
         title="longrun",
         version="0.1.0",
         description="Durable runs for long AI agent jobs, on Temporal.",

@@ -35,6 +35,8 @@ class Settings(BaseSettings):
         alias="LONGRUN_HTTP_ALLOW_HOSTS",
     )
 
+    trace_console: bool = Field(False, alias="LONGRUN_TRACE_CONSOLE")
+
     api_host: str = Field("127.0.0.1", alias="LONGRUN_API_HOST")
     api_port: int = Field(8000, alias="LONGRUN_API_PORT")
     max_request_bytes: int = Field(1_048_576, alias="LONGRUN_MAX_REQUEST_BYTES", gt=0)
