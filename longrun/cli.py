@@ -42,3 +42,7 @@ def main(argv: list[str] | None = None) -> None:
 
         port = args.port or get_settings().dev_standin_port
         standin_server.main(["--port", str(port)])
+
+
+if __name__ == "__main__":
+    main()

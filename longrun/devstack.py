@@ -64,13 +64,13 @@ class TemporalDevServer:
         port: int,
         ui_port: int | None = None,
         namespace: str = "default",
-        log: IO[bytes] | None = None,
+        log_file: Path | None = None,
     ) -> None:
         self.db_file = db_file
         self.port = port
         self.ui_port = ui_port
         self.namespace = namespace
-        self._log = log
+        self.log_file = log_file
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -104,12 +104,10 @@ class TemporalDevServer:
             argv.append("--headless")
         else:
             argv += ["--ui-port", str(self.ui_port)]
-        self.process = subprocess.Popen(
-            argv,
-            stdout=self._log or subprocess.DEVNULL,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(self.log_file or os.devnull, "ab") as log:
+            self.process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     async def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Wait until the server answers a health check in our namespace."""
@@ -183,6 +181,13 @@ async def _wait_http(url: str, process: subprocess.Popen[bytes], what: str) -> N
 async def run_dev(settings: Settings) -> int:
     """Start Temporal, the stand-in model if needed, the worker and the API; stop all on Ctrl-C."""
     lock = _acquire_lock(STATE_DIR / "dev.lock")
+    try:
+        return await _run_stack(settings)
+    finally:
+        lock.close()
+
+
+async def _run_stack(settings: Settings) -> int:
     ports = {
         "Temporal gRPC (LONGRUN_DEV_TEMPORAL_PORT)": settings.dev_temporal_port,
         "Temporal Web UI (LONGRUN_DEV_UI_PORT)": settings.dev_ui_port,
@@ -208,10 +213,10 @@ async def run_dev(settings: Settings) -> int:
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
 
     def spawn(name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        log = (log_dir / f"{name}.log").open("ab")
-        proc = subprocess.Popen(
-            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        with (log_dir / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         children.append((name, proc))
         return proc
 
@@ -220,7 +225,7 @@ async def run_dev(settings: Settings) -> int:
         port=settings.dev_temporal_port,
         ui_port=settings.dev_ui_port,
         namespace=settings.temporal_namespace,
-        log=(log_dir / "temporal.log").open("ab"),
+        log_file=log_dir / "temporal.log",
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -291,4 +296,3 @@ async def run_dev(settings: Settings) -> int:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        lock.close()

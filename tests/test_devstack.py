@@ -1,0 +1,102 @@
+"""`longrun dev` (what `make run` starts): the whole stack up, a run through it, one Ctrl-C
+to stop all, and a clear refusal to start twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from longrun.devstack import STATE_DIR, DevStackError, _acquire_lock, free_port, run_dev
+from longrun.settings import Settings
+
+
+def test_second_lock_holder_is_told_who_runs(tmp_path: Path) -> None:
+    lock = _acquire_lock(tmp_path / "dev.lock")
+    try:
+        with pytest.raises(DevStackError, match=rf"already running here \(pid {os.getpid()}\)"):
+            _acquire_lock(tmp_path / "dev.lock")
+    finally:
+        lock.close()
+    _acquire_lock(tmp_path / "dev.lock").close()  # free again once the holder is gone
+
+
+async def test_a_taken_port_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        settings = Settings(_env_file=None, LONGRUN_API_PORT=port)  # type: ignore[call-arg]
+        with pytest.raises(DevStackError, match=rf"port {port} for the API"):
+            await run_dev(settings)
+    assert not (tmp_path / STATE_DIR / "temporal.db").exists()
+
+
+def test_dev_stack_runs_a_plan_and_stops_on_one_interrupt(tmp_path: Path) -> None:
+    ports = {name: free_port() for name in ("TEMPORAL", "UI", "STANDIN", "API")}
+    env = {
+        "PATH": os.environ["PATH"],
+        "LONGRUN_DEV_TEMPORAL_PORT": str(ports["TEMPORAL"]),
+        "LONGRUN_DEV_UI_PORT": str(ports["UI"]),
+        "LONGRUN_DEV_STANDIN_PORT": str(ports["STANDIN"]),
+        "LONGRUN_API_PORT": str(ports["API"]),
+    }
+    out = (tmp_path / "dev.out").open("w+")
+    stack = subprocess.Popen(
+        [sys.executable, "-m", "longrun.cli", "dev"],
+        cwd=tmp_path,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+    api = f"http://127.0.0.1:{ports['API']}"
+    try:
+        for _ in range(600):
+            if "Press Ctrl-C" in (tmp_path / "dev.out").read_text() or stack.poll() is not None:
+                break
+            time.sleep(0.1)
+        banner = (tmp_path / "dev.out").read_text()
+        assert "OFFLINE STAND-IN" in banner, banner
+        assert f"http://127.0.0.1:{ports['UI']}" in banner
+
+        second = subprocess.run(
+            [sys.executable, "-m", "longrun.cli", "dev"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1
+        assert "already running" in second.stderr
+
+        assert httpx.get(f"{api}/readyz").json() == {"status": "ready"}
+        created = httpx.post(
+            f"{api}/v1/runs",
+            json={"goal": "g", "plan": {"steps": [{"id": "m", "model": {"prompt": "hi dev"}}]}},
+        ).json()
+        for _ in range(300):
+            run = httpx.get(f"{api}/v1/runs/{created['run_id']}").json()
+            if run["status"] == "completed":
+                break
+            time.sleep(0.1)
+        assert run["status"] == "completed", run
+        assert "stand-in" in run["steps"][0]["output"]["text"]
+        assert (tmp_path / STATE_DIR / "temporal.db").exists()
+    finally:
+        stack.send_signal(signal.SIGINT)
+        code = stack.wait(60)
+        out.close()
+    assert code == 0
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{api}/healthz")
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", ports["TEMPORAL"])) != 0
