@@ -73,11 +73,20 @@ class ModelActivities:
                     "type": "json_schema",
                     "json_schema": {"name": "output", "schema": req.json_schema},
                 }
+            # Give up on the HTTP call when Temporal gives up on the attempt, not later.
+            budget = activity.info().start_to_close_timeout
+            timeout = self._settings.model_timeout_s
+            if budget:
+                timeout = min(timeout, budget.total_seconds())
             try:
-                response = await self._get_client().chat.completions.create(
-                    model=req.model,
-                    messages=messages,  # type: ignore[arg-type]
-                    **extra,
+                response = (
+                    await self._get_client()
+                    .with_options(timeout=timeout)
+                    .chat.completions.create(
+                        model=req.model,
+                        messages=messages,  # type: ignore[arg-type]
+                        **extra,
+                    )
                 )
             except openai.APIStatusError as exc:
                 message = f"model endpoint answered {exc.status_code}: {exc.message}"

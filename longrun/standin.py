@@ -99,14 +99,20 @@ class StandIn:
                 status_code=400,
             )
         text = _text_of(messages)
-        rule = self._take_rule(text)
-        if rule and rule.delay_s:
+        rule = self._take_rule(text) or Rule()
+        # Recorded on arrival: a caller that times out on a slow answer still made the call.
+        if rule.malformed:
+            outcome = "malformed"
+        elif rule.status:
+            outcome = str(rule.status)
+        else:
+            outcome = "ok"
+        self._record(model, messages, outcome)
+        if rule.delay_s:
             await asyncio.sleep(rule.delay_s)
-        if rule and rule.malformed:
-            self._record(model, messages, "malformed")
+        if rule.malformed:
             return PlainTextResponse('{"choices": [', media_type="application/json")
-        if rule and rule.status:
-            self._record(model, messages, str(rule.status))
+        if rule.status:
             headers = (
                 {"retry-after": f"{rule.retry_after:g}"} if rule.retry_after is not None else {}
             )
@@ -115,13 +121,12 @@ class StandIn:
                 status_code=rule.status,
                 headers=headers,
             )
-        if rule and rule.reply is not None:
+        if rule.reply is not None:
             content = rule.reply
-        elif rule and rule.json_reply is not None:
+        elif rule.json_reply is not None:
             content = json.dumps(rule.json_reply)
         else:
             content = self._default_reply(text, body.get("response_format"))
-        self._record(model, messages, "ok")
         digest = hashlib.sha256(text.encode()).hexdigest()[:24]
         prompt_tokens = max(1, len(text) // 4)
         completion_tokens = max(1, len(content) // 4)

@@ -254,3 +254,27 @@ async def test_a_reference_to_a_missing_field_fails_the_step_clearly(
     run = await wait_run(run_id)
     assert run["status"] == "failed"
     assert "no field 'y'" in run["steps"][1]["error"]
+
+
+async def test_malformed_and_slow_model_answers_are_retried(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.rule(match="garbled", malformed=True, times=1)
+    standin.rule(match="sluggish", delay_s=5, times=1)
+    run_id = await submit(
+        api,
+        [
+            {"id": "garbled", "model": {"prompt": "garbled answer"}, "retry": FAST_RETRY},
+            {
+                "id": "sluggish",
+                "model": {"prompt": "sluggish answer"},
+                "retry": FAST_RETRY,
+                "timeout_s": 1,
+            },
+        ],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    assert [s["attempts"] for s in run["steps"]] == [2, 2]
+    assert [c["outcome"] for c in standin.calls("garbled")] == ["malformed", "ok"]
+    assert len(standin.calls("sluggish")) == 2

@@ -165,8 +165,10 @@ async def _run_process(
 
     async def collect() -> tuple[tuple[str, bool], tuple[str, bool], int]:
         if stdin is not None and proc.stdin is not None:
-            proc.stdin.write(stdin)
-            await proc.stdin.drain()
+            # A command may exit without reading its input; that is its business, not an error.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                proc.stdin.write(stdin)
+                await proc.stdin.drain()
             proc.stdin.close()
         out, err = await asyncio.gather(
             _read_capped(proc.stdout, OUTPUT_CAP_BYTES), _read_capped(proc.stderr, OUTPUT_CAP_BYTES)
@@ -178,11 +180,11 @@ async def _run_process(
     except TimeoutError:
         raise fatal(f"{argv[0]} timed out after {timeout_s:g}s", type="Timeout") from None
     finally:
-        if proc.returncode is None:
-            # Kill the whole process group: the command may have started children.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+        # Kill the whole process group, always: children the command left behind (even after
+        # it exited) must not outlive the step, its timeout or its cancellation.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
     if check and code != 0:
         raise fatal(f"{argv[0]} exited with {code}: {stderr[-1000:] or stdout[-1000:]}")
     return {"exit_code": code, "stdout": stdout, "stderr": stderr, "truncated": out_cut or err_cut}
@@ -258,10 +260,15 @@ class WriteFileArgs(_PathArgs):
 async def write_file(args: WriteFileArgs, ctx: ToolContext) -> dict[str, Any]:
     """Write a text file in the run's workspace, atomically, replacing any earlier content."""
     target = confine(ctx.workspace, args.path)
+    if target.is_dir():
+        raise fatal(f"'{args.path}' is a directory in the run's workspace")
     target.parent.mkdir(parents=True, exist_ok=True)
     data = args.content.encode()
     # Write then rename, so a retry after a crash never sees a half-written file.
     tmp = target.with_name(f".{target.name}.{ctx.step_id}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, target)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
     return {"path": args.path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}

@@ -16,6 +16,8 @@ def check_relative(path: str) -> str:
         raise ValueError("path must be relative to the run's workspace, not absolute")
     if ".." in pure.parts:
         raise ValueError("path must not contain '..'")
+    if not pure.parts:
+        raise ValueError("path must name a file inside the workspace")
     return path
 
 
