@@ -89,6 +89,10 @@ class RunWorkflow:
         self._inp = inp
         self._steps = {s.id: StepState(id=s.id, kind=s.kind) for s in inp.plan.steps}
         self._approvals: dict[str, ApprovalRecord] = {}
+        # Kept up to date as steps move, so that refreshing status is O(what is in flight).
+        self._undecided: dict[str, ApprovalRecord] = {}
+        self._active: dict[str, None] = {}  # running steps, in start order
+        self._done = 0
         self._usage = Usage()
         self._status: RunStatusName = "running"
         self._result: Any = None
@@ -133,6 +137,7 @@ class RunWorkflow:
                 "ignoring decision on %s: unknown or decided", decision.approval_id
             )
             return
+        del self._undecided[decision.approval_id]
         record.decision = decision.decision
         record.decided_at = workflow.now()
         record.decided_by = decision.actor
@@ -163,15 +168,20 @@ class RunWorkflow:
 
     async def _execute(self) -> None:
         steps = {s.id: s for s in self._inp.plan.steps}
-        pending = list(steps)
+        # Count unmet dependencies instead of rescanning every step on each wake-up, so a
+        # run of a thousand steps costs O(edges), not O(steps²).
+        unmet = {s.id: len(s.depends_on or []) for s in steps.values()}
+        dependents: dict[str, list[str]] = {step_id: [] for step_id in steps}
+        for step in steps.values():
+            for dep in step.depends_on or []:
+                dependents[dep].append(step.id)
+        ready = [step_id for step_id, count in unmet.items() if count == 0]
         running: dict[str, asyncio.Task[None]] = {}
         try:
-            while pending or running:
-                for step_id in list(pending):
-                    deps = steps[step_id].depends_on or []
-                    if all(self._steps[d].status in ("completed", "skipped") for d in deps):
-                        pending.remove(step_id)
-                        running[step_id] = asyncio.create_task(self._run_step(steps[step_id]))
+            while ready or running:
+                for step_id in ready:
+                    running[step_id] = asyncio.create_task(self._run_step(steps[step_id]))
+                ready = []
                 self._refresh()
                 await workflow.wait(list(running.values()), return_when=asyncio.FIRST_COMPLETED)
                 # Iterate in start order, not set order, so replay sees the same sequence.
@@ -179,6 +189,10 @@ class RunWorkflow:
                     if task.done():
                         del running[step_id]
                         task.result()
+                        for dependent in dependents[step_id]:
+                            unmet[dependent] -= 1
+                            if unmet[dependent] == 0:
+                                ready.append(dependent)
         # Not BaseException: a workflow evicted from the worker's cache gets GeneratorExit,
         # which must pass through without more workflow calls.
         except (StepFailed, asyncio.CancelledError) as exc:
@@ -186,9 +200,10 @@ class RunWorkflow:
             for task in running.values():
                 task.cancel()
             await asyncio.gather(*running.values(), return_exceptions=True)
-            for step_id in pending:
-                self._steps[step_id].status = "cancelled"
-                self._steps[step_id].error = f"not started: {reason}"
+            for state in self._steps.values():
+                if state.status == "pending":
+                    state.status = "cancelled"
+                    state.error = f"not started: {reason}"
             raise
 
     async def _run_step(self, step: Step) -> None:
@@ -218,6 +233,9 @@ class RunWorkflow:
         state.output = output
         state.error = error
         state.finished_at = workflow.now()
+        self._active.pop(state.id, None)
+        if status in ("completed", "skipped"):
+            self._done += 1
         self._refresh()
 
     async def _perform(self, step: Step, state: StepState) -> dict[str, Any] | None:
@@ -243,6 +261,7 @@ class RunWorkflow:
 
         state.status = "running"
         state.started_at = workflow.now()
+        self._active[step.id] = None
         self._refresh()
         try:
             if step.wait is not None:
@@ -282,6 +301,7 @@ class RunWorkflow:
             requested_at=workflow.now(),
         )
         self._approvals[approval_id] = record
+        self._undecided[approval_id] = record
         self._steps[step.id].status = "waiting_approval"
         self._refresh()
         await workflow.wait_condition(lambda: record.decision is not None)
@@ -351,21 +371,14 @@ class RunWorkflow:
     def _refresh(self) -> None:
         """Recompute the run status, publish it as a search attribute and in the Web UI."""
         if self._status in ("running", "waiting_approval"):
-            waiting = any(a.decision is None for a in self._approvals.values())
-            status: RunStatusName = "waiting_approval" if waiting else "running"
+            status: RunStatusName = "waiting_approval" if self._undecided else "running"
             if status != self._status:
                 self._status = status
                 self._publish()
-        done = sum(1 for s in self._steps.values() if s.status in ("completed", "skipped"))
-        details = [f"{self._status}: {done}/{len(self._steps)} steps done"]
-        active = [s.id for s in self._steps.values() if s.status == "running"]
-        if active:
-            details.append("running: " + ", ".join(active))
-        waits = [
-            f"{a.approval_id} (step {a.step_id})"
-            for a in self._approvals.values()
-            if a.decision is None
-        ]
+        details = [f"{self._status}: {self._done}/{len(self._steps)} steps done"]
+        if self._active:
+            details.append("running: " + ", ".join(self._active))
+        waits = [f"{a.approval_id} (step {a.step_id})" for a in self._undecided.values()]
         if waits:
             details.append("waiting for approval: " + ", ".join(waits))
         if self._error:

@@ -90,9 +90,10 @@ def workspace_of(settings: Settings, run_id: str) -> Path:
 
 
 async def _heartbeat_forever() -> None:
+    # Sleep first: a tool that finishes within a second needs no heartbeat round trip.
     while True:
-        activity.heartbeat()
         await asyncio.sleep(HEARTBEAT_EVERY_S)
+        activity.heartbeat()
 
 
 def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
