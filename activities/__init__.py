@@ -6,6 +6,7 @@ from typing import Any
 
 from activities.model import ModelActivities
 from activities.tools import REGISTRY, build_tool_activities
+from activities.verify import VerifyActivities
 from longrun.settings import Settings
 
 
@@ -13,8 +14,16 @@ from longrun.settings import Settings
 async def activities_for(settings: Settings) -> AsyncIterator[list[Callable[..., Any]]]:
     """Every activity a longrun worker hosts, bound to `settings`; closes clients on exit."""
     model = ModelActivities(settings)
+    verify = VerifyActivities(settings, model)
     try:
-        yield [model.complete, *build_tool_activities(settings)]
+        yield [
+            model.complete,
+            model.plan,
+            model.act,
+            verify.step,
+            verify.acceptance,
+            *build_tool_activities(settings),
+        ]
     finally:
         await model.aclose()
 

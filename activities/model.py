@@ -11,10 +11,24 @@ from typing import Any
 
 import openai
 from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletionMessage
+from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
 from activities.errors import fatal, reported_with_attempt, transient
-from longrun.contracts import ModelRequest, ModelResult
+from longrun import prompts
+from longrun.contracts import (
+    ActRequest,
+    ActResult,
+    AgentPlan,
+    ModelRequest,
+    ModelResult,
+    ModelUsage,
+    PlanAttempt,
+    PlanRequest,
+    ToolCallRequest,
+    Verdict,
+)
 from longrun.settings import Settings
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -59,6 +73,37 @@ class ModelActivities:
             await self._client.close()
             self._client = None
 
+    async def chat(
+        self, model: str, messages: list[dict[str, Any]], **extra: Any
+    ) -> tuple[ChatCompletionMessage, ModelUsage]:
+        """One Chat Completions call; provider errors become retryable or fatal errors."""
+        # Give up on the HTTP call when Temporal gives up on the attempt, not later.
+        budget = activity.info().start_to_close_timeout
+        timeout = self._settings.model_timeout_s
+        if budget:
+            timeout = min(timeout, budget.total_seconds())
+        try:
+            response = (
+                await self._get_client()
+                .with_options(timeout=timeout)
+                .chat.completions.create(model=model, messages=messages, **extra)  # type: ignore[arg-type]
+            )
+        except openai.APIStatusError as exc:
+            message = f"model endpoint answered {exc.status_code}: {exc.message}"
+            if exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500:
+                raise transient(message, retry_after_s=_retry_after(exc)) from exc
+            raise fatal(message, type="ModelRequestRejected") from exc
+        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+            raise transient(f"model endpoint unreachable: {exc}") from exc
+        if not response.choices:
+            raise transient("model answered without choices")
+        usage = response.usage
+        return response.choices[0].message, ModelUsage(
+            model=response.model or model,
+            input_tokens=usage.prompt_tokens if usage else 0,
+            output_tokens=usage.completion_tokens if usage else 0,
+        )
+
     @activity.defn(name="model.complete")
     async def complete(self, req: ModelRequest) -> ModelResult:
         """Ask the model once; transient provider failures are raised for Temporal to retry."""
@@ -69,48 +114,97 @@ class ModelActivities:
             messages.append({"role": "user", "content": req.prompt})
             extra: dict[str, Any] = {}
             if req.json_schema is not None:
-                extra["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": "output", "schema": req.json_schema},
-                }
-            # Give up on the HTTP call when Temporal gives up on the attempt, not later.
-            budget = activity.info().start_to_close_timeout
-            timeout = self._settings.model_timeout_s
-            if budget:
-                timeout = min(timeout, budget.total_seconds())
-            try:
-                response = (
-                    await self._get_client()
-                    .with_options(timeout=timeout)
-                    .chat.completions.create(
-                        model=req.model,
-                        messages=messages,  # type: ignore[arg-type]
-                        **extra,
-                    )
-                )
-            except openai.APIStatusError as exc:
-                message = f"model endpoint answered {exc.status_code}: {exc.message}"
-                if exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500:
-                    raise transient(message, retry_after_s=_retry_after(exc)) from exc
-                raise fatal(message, type="ModelRequestRejected") from exc
-            except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-                raise transient(f"model endpoint unreachable: {exc}") from exc
-
-            if not response.choices:
-                raise transient("model answered without choices")
-            text = response.choices[0].message.content or ""
+                extra["response_format"] = _json_format("output", req.json_schema)
+            message, usage = await self.chat(req.model, messages, **extra)
+            text = message.content or ""
             json_value: Any = None
             if req.json_schema is not None:
                 try:
                     json_value = json.loads(text)
                 except ValueError as exc:
                     raise transient(f"model output is not valid JSON: {text[:200]!r}") from exc
-            usage = response.usage
             return ModelResult(
                 text=text,
                 json_value=json_value,
-                model=response.model or req.model,
-                input_tokens=usage.prompt_tokens if usage else 0,
-                output_tokens=usage.completion_tokens if usage else 0,
+                model=usage.model,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
                 attempt=attempt,
             )
+
+    @activity.defn(name="model.plan")
+    async def plan(self, req: PlanRequest) -> PlanAttempt:
+        """Ask the planner for a plan; an invalid answer is returned, not raised, so the
+        workflow can re-ask with the reason (and count the tokens it cost)."""
+        with reported_with_attempt() as attempt:
+            message, usage = await self.chat(
+                req.model,
+                [
+                    {"role": "system", "content": prompts.PLANNER},
+                    {"role": "user", "content": prompts.plan_request(req)},
+                ],
+                response_format=_json_format("plan", PLAN_SCHEMA),
+            )
+            text = message.content or ""
+            try:
+                plan = AgentPlan.model_validate_json(text)
+            except ValidationError as exc:
+                return PlanAttempt(error=_explain(exc, text), usage=usage, attempt=attempt)
+            return PlanAttempt(plan=plan, usage=usage, attempt=attempt)
+
+    @activity.defn(name="model.act")
+    async def act(self, req: ActRequest) -> ActResult:
+        """One turn of the actor: it answers, calls tools, or both."""
+        with reported_with_attempt() as attempt:
+            message, usage = await self.chat(req.model, req.messages, tools=req.tools)
+            calls = [
+                ToolCallRequest(id=c.id, name=c.function.name, arguments=c.function.arguments)
+                for c in message.tool_calls or []
+                if c.type == "function"
+            ]
+            return ActResult(
+                content=message.content, tool_calls=calls, usage=usage, attempt=attempt
+            )
+
+    async def judge(self, model: str, statement: str, evidence: str) -> Verdict:
+        """Ask the judge whether `statement` holds, given `evidence`; it must cite a reason."""
+        message, usage = await self.chat(
+            model,
+            [
+                {"role": "system", "content": prompts.JUDGE},
+                {"role": "user", "content": prompts.judge_request(statement, evidence)},
+            ],
+            response_format=_json_format("verdict", VERDICT_SCHEMA),
+        )
+        text = message.content or ""
+        try:
+            answer = JudgeAnswer.model_validate_json(text)
+        except ValidationError as exc:
+            raise transient(f"judge answer is not a verdict: {_explain(exc, text)}") from exc
+        if answer.passed and not answer.reason.strip():
+            return Verdict(
+                passed=False, evidence="the judge confirmed without citing a reason", usage=usage
+            )
+        return Verdict(passed=answer.passed, evidence=answer.reason, usage=usage)
+
+
+class JudgeAnswer(BaseModel):
+    """What the judge must answer."""
+
+    passed: bool
+    reason: str
+
+
+PLAN_SCHEMA = AgentPlan.model_json_schema()
+VERDICT_SCHEMA = JudgeAnswer.model_json_schema()
+
+
+def _json_format(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+
+
+def _explain(exc: ValidationError, text: str) -> str:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'answer'}: {e['msg']}" for e in exc.errors()[:5]
+    )
+    return f"{problems} (answer began: {text[:200]!r})"

@@ -39,14 +39,14 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import Worker
 
 # `python bench/overhead.py` puts bench/ on sys.path, not the repo root holding the packages.
@@ -60,22 +60,16 @@ with workflow.unsafe.imports_passed_through():
     # It also spares the sandbox re-importing all of this for every bare run, a cost the
     # longrun side does not pay either (workflows/run.py passes its imports through too).
     from activities import REGISTRY, activities_for
-    from longrun.contracts import Plan, RetrySpec, RunConfig, RunInput, Step
+    from longrun.contracts import Plan, RunConfig, RunInput, Step
     from longrun.devstack import TemporalDevServer, free_port
     from longrun.plans import normalize_plan
     from longrun.settings import Settings
     from longrun.temporal import connect
     from workflows import STATUS_ATTRIBUTE, RunWorkflow
-    from workflows.run import MAX_RETRY_INTERVAL, TOOL_HEARTBEAT_TIMEOUT, TOOL_TIMEOUT
+    from workflows.common import TOOL_HEARTBEAT_TIMEOUT, TOOL_TIMEOUT, retry_policy
 
-# The policy longrun gives a tool step without its own `retry` (workflows/run.py _retry_policy).
-_DEFAULT_RETRY = RetrySpec()
-TOOL_RETRY = RetryPolicy(
-    maximum_attempts=_DEFAULT_RETRY.max_attempts,
-    initial_interval=timedelta(seconds=_DEFAULT_RETRY.initial_interval_s),
-    backoff_coefficient=_DEFAULT_RETRY.backoff,
-    maximum_interval=max(MAX_RETRY_INTERVAL, timedelta(seconds=_DEFAULT_RETRY.initial_interval_s)),
-)
+# The policy longrun gives a tool step without its own `retry`.
+TOOL_RETRY = retry_policy(None)
 TARGET_RATIO = 1.25
 
 

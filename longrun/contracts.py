@@ -6,6 +6,7 @@ deserialising.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -26,6 +27,7 @@ StepStatusName = Literal[
 ]
 StepKind = Literal["tool", "model", "wait", "approval"]
 Decision = Literal["approve", "reject"]
+ApprovalKind = Literal["approval", "needs_help"]
 
 RUN_STATUSES: tuple[RunStatusName, ...] = (
     "running",
@@ -126,21 +128,105 @@ class Plan(_Strict):
     steps: list[Step] = Field(min_length=1, max_length=1000)
 
 
+class Expect(_Strict):
+    """What a deterministic check's tool result must show; every field given must hold."""
+
+    exit_code: int | None = None
+    contains: str | None = Field(None, max_length=10_000)
+    regex: str | None = Field(None, max_length=1000)
+    json_path: str | None = Field(None, max_length=500, description="dotted path into the output")
+    equals: Any = None
+    file_exists: str | None = Field(None, max_length=1024)
+
+    @model_validator(mode="after")
+    def _something(self) -> Expect:
+        if not self.model_fields_set:
+            raise ValueError(
+                "expect needs at least one of exit_code, contains, regex, "
+                "json_path (+ equals), file_exists"
+            )
+        if self.regex is not None:
+            try:
+                re.compile(self.regex)
+            except re.error as exc:
+                raise ValueError(f"regex does not compile: {exc}") from None
+        if ("equals" in self.model_fields_set) != (self.json_path is not None):
+            raise ValueError("json_path and equals go together")
+        return self
+
+
+class ToolCheck(_Strict):
+    """A deterministic check: call a tool, then test its output."""
+
+    tool: str = Field(min_length=1, max_length=100)
+    args: dict[str, Any] = Field(default_factory=dict)
+    expect: Expect
+
+
+class JudgeCheck(_Strict):
+    """A model-judged check: the judge must confirm the statement and cite why."""
+
+    judge: str = Field(min_length=1, max_length=4000)
+
+
+class Criterion(_Strict):
+    """One acceptance criterion of a goal-only run."""
+
+    id: StepId
+    check: ToolCheck | JudgeCheck
+
+
+class RoleModels(_Strict):
+    """Models per role of a goal-only run; unset roles use the run's `model`."""
+
+    planner: str | None = Field(None, min_length=1, max_length=200)
+    actor: str | None = Field(None, min_length=1, max_length=200)
+    judge: str | None = Field(None, min_length=1, max_length=200)
+
+
 class RunRequest(_Strict):
-    """Body of `POST /v1/runs`."""
+    """Body of `POST /v1/runs`: an explicit `plan`, or a goal with acceptance criteria."""
 
     goal: str = Field(min_length=1, max_length=4000)
     plan: Plan | None = None
+    acceptance: list[Criterion] | None = Field(None, max_length=50)
+    tools: list[str] | None = Field(None, max_length=100)
+    model: str | None = Field(None, min_length=1, max_length=200)
+    models: RoleModels | None = None
+    max_steps: int | None = Field(None, ge=1, le=1000)
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=20)
 
 
 # --- workflow ------------------------------------------------------------------------------
 
 
+class Price(BaseModel):
+    """USD per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+
 class RunConfig(BaseModel):
     """Settings a run needs inside the workflow, fixed when the run starts."""
 
     default_model: str
+    prices: dict[str, Price] = Field(default_factory=dict)
+
+
+class AgentSpec(BaseModel):
+    """What a goal-only run needs: criteria, allowed tools, models and bounds."""
+
+    acceptance: list[Criterion]
+    tools: list[str]
+    planner_model: str
+    actor_model: str
+    judge_model: str
+    max_steps: int = 40
+    max_plan_attempts: int = 3
+    max_verify_attempts: int = 2
+    max_replans: int = 2
+    max_turns_per_step: int = 12
 
 
 class RunInput(BaseModel):
@@ -148,9 +234,48 @@ class RunInput(BaseModel):
 
     run_id: str
     goal: str
-    plan: Plan
+    plan: Plan | None = None
+    agent: AgentSpec | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     config: RunConfig
+
+
+Phase = Literal["planning", "acting", "verifying", "replanning", "completing"]
+
+
+class AgentPlanStep(_Strict):
+    """One step of a model-made plan: what to do and what will show it was done."""
+
+    id: StepId
+    intent: str = Field(min_length=1, max_length=2000)
+    expected_evidence: str = Field(min_length=1, max_length=2000)
+
+
+class AgentPlan(_Strict):
+    """The planner's answer, validated before the run uses it."""
+
+    steps: list[AgentPlanStep] = Field(min_length=1, max_length=50)
+
+
+class PlanItem(BaseModel):
+    """A model-made plan step and where it stands."""
+
+    id: str
+    intent: str
+    expected_evidence: str
+    status: StepStatusName = "pending"
+    attempts: int = 0
+    summary: str | None = None
+    verification: str | None = None
+
+
+class CriterionState(BaseModel):
+    """An acceptance criterion and its latest result."""
+
+    id: str
+    kind: Literal["tool", "judge"]
+    status: Literal["pending", "passed", "failed"] = "pending"
+    evidence: str | None = None
 
 
 class StepState(BaseModel):
@@ -173,6 +298,7 @@ class PendingApproval(BaseModel):
     step_id: str
     summary: str
     requested_at: datetime
+    kind: ApprovalKind = "approval"
 
 
 class ApprovalRecord(PendingApproval):
@@ -190,6 +316,7 @@ class Usage(BaseModel):
     model_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: float = 0.0
 
 
 class RunState(BaseModel):
@@ -205,6 +332,12 @@ class RunState(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     result: Any = None
     error: str | None = None
+    # Goal-only runs:
+    phase: Phase | None = None
+    plan: list[PlanItem] = Field(default_factory=list)
+    acceptance: list[CriterionState] = Field(default_factory=list)
+    replans: int = 0
+    premature_completions: int = 0
 
 
 class ApprovalDecision(_Strict):
@@ -261,3 +394,79 @@ class ModelResult(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     attempt: int = 1
+
+
+class ModelUsage(BaseModel):
+    """Tokens one model call consumed."""
+
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class PlanRequest(BaseModel):
+    """Input of `model.plan`: ask for a plan (or a replan) as structured output."""
+
+    run_id: str
+    model: str
+    goal: str
+    criteria: list[str]
+    tools: list[str]
+    context: str | None = None
+    previous_error: str | None = None
+
+
+class PlanAttempt(BaseModel):
+    """Output of `model.plan`: a valid plan, or why the answer was not one."""
+
+    plan: AgentPlan | None = None
+    error: str | None = None
+    usage: ModelUsage
+    attempt: int = 1
+
+
+class ToolCallRequest(BaseModel):
+    """A tool call the model asked for; `arguments` is the JSON text it sent."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class ActRequest(BaseModel):
+    """Input of `model.act`: one turn of a step's conversation, with the tools offered."""
+
+    run_id: str
+    step_id: str
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+
+
+class ActResult(BaseModel):
+    """Output of `model.act`: text, tool calls, or both."""
+
+    content: str | None = None
+    tool_calls: list[ToolCallRequest] = Field(default_factory=list)
+    usage: ModelUsage
+    attempt: int = 1
+
+
+class CheckRequest(BaseModel):
+    """Input of `verify.step` and `verify.acceptance`."""
+
+    run_id: str
+    check_id: str
+    goal: str
+    tool_check: ToolCheck | None = None
+    statement: str | None = None
+    observations: str = ""
+    judge_model: str
+
+
+class Verdict(BaseModel):
+    """Whether a check passed, with the evidence a person can read."""
+
+    passed: bool
+    evidence: str
+    usage: ModelUsage | None = None

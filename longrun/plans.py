@@ -241,7 +241,8 @@ def normalize_plan(plan: Plan, tools: Mapping[str, ToolCatalogue]) -> Plan:
     return Plan(steps=steps)
 
 
-def _lookup(value: Any, path: list[str], where: str) -> Any:
+def lookup(value: Any, path: list[str], where: str) -> Any:
+    """The value at `path` (keys, or list indices as digits) inside `value`."""
     for part in path:
         if isinstance(value, Mapping) and part in value:
             value = value[part]
@@ -268,7 +269,7 @@ def resolve(value: Any, output_of: Callable[[str], Any]) -> Any:
             assert ref is not None  # references() accepted every template above
             step_id = ref.group(1)
             path = [p for p in ref.group(2).split(".") if p]
-            return _lookup(output_of(step_id), path, match.group(0))
+            return lookup(output_of(step_id), path, match.group(0))
 
         whole = _TEMPLATE.fullmatch(value)
         if whole is not None:

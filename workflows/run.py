@@ -7,13 +7,23 @@ Deterministic orchestration only: every side effect is an activity, time comes f
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from workflows.agent import AgentLoop
+from workflows.common import (
+    MODEL_TIMEOUT,
+    TOOL_HEARTBEAT_TIMEOUT,
+    TOOL_TIMEOUT,
+    StepFailed,
+    failure_of,
+    preview,
+    retry_policy,
+)
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: pydantic models and pure functions, no I/O at import. Passing
@@ -22,15 +32,18 @@ with workflow.unsafe.imports_passed_through():
     from longrun import plans
     from longrun.contracts import (
         ApprovalDecision,
+        ApprovalKind,
         ApprovalRecord,
         ModelRequest,
         PendingApproval,
+        Plan,
         RetrySpec,
         RunInput,
         RunResult,
         RunState,
         RunStatusName,
         Step,
+        StepKind,
         StepState,
         StepStatusName,
         ToolCall,
@@ -41,44 +54,6 @@ with workflow.unsafe.imports_passed_through():
 STATUS_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunStatus")
 LABELS_ATTRIBUTE = SearchAttributeKey.for_keyword_list("LongrunLabels")
 
-TOOL_TIMEOUT = timedelta(minutes=10)
-TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
-MODEL_TIMEOUT = timedelta(minutes=5)
-MAX_RETRY_INTERVAL = timedelta(minutes=1)
-PREVIEW_CHARS = 500
-
-
-class StepFailed(Exception):
-    """A step ended in failure; the run fails with this message."""
-
-
-def _retry_policy(spec: RetrySpec | None) -> RetryPolicy:
-    spec = spec or RetrySpec()
-    return RetryPolicy(
-        maximum_attempts=spec.max_attempts,
-        initial_interval=timedelta(seconds=spec.initial_interval_s),
-        backoff_coefficient=spec.backoff,
-        maximum_interval=max(MAX_RETRY_INTERVAL, timedelta(seconds=spec.initial_interval_s)),
-    )
-
-
-def _preview(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
-
-
-def _failure(exc: ActivityError) -> tuple[str, int]:
-    """The person-readable message and attempt count of a failed activity."""
-    cause = exc.cause
-    if isinstance(cause, ApplicationError):
-        attempt = 0
-        if cause.details and isinstance(cause.details[0], dict):
-            attempt = int(cause.details[0].get("attempt", 0))
-        return cause.message, attempt
-    if cause is not None:
-        return str(cause) or type(cause).__name__, 0
-    return str(exc), 0
-
 
 @workflow.defn(name="longrun.Run")
 class RunWorkflow:
@@ -87,7 +62,9 @@ class RunWorkflow:
     @workflow.init
     def __init__(self, inp: RunInput) -> None:
         self._inp = inp
-        self._steps = {s.id: StepState(id=s.id, kind=s.kind) for s in inp.plan.steps}
+        steps = inp.plan.steps if inp.plan else []
+        self._steps = {s.id: StepState(id=s.id, kind=s.kind) for s in steps}
+        self._agent = AgentLoop(self, inp, inp.agent) if inp.agent else None
         self._approvals: dict[str, ApprovalRecord] = {}
         # Kept up to date as steps move, so that refreshing status is O(what is in flight).
         self._undecided: dict[str, ApprovalRecord] = {}
@@ -109,7 +86,7 @@ class RunWorkflow:
     @workflow.query(name="status")
     def status(self) -> RunState:
         """Where the run stands: steps, approvals, usage, result."""
-        return RunState(
+        state = RunState(
             run_id=self._inp.run_id,
             goal=self._inp.goal,
             status=self._status,
@@ -127,6 +104,9 @@ class RunWorkflow:
             result=self._result,
             error=self._error,
         )
+        if self._agent is not None:
+            self._agent.describe(state)
+        return state
 
     @workflow.signal(name="decide")
     def decide(self, decision: ApprovalDecision) -> None:
@@ -147,27 +127,30 @@ class RunWorkflow:
 
     @workflow.run
     async def run(self, inp: RunInput) -> RunResult:
-        """Run the plan to completion, failure or cancellation."""
-        self._refresh()
+        """Run the plan (or, for a goal-only run, the agent loop) to its end."""
+        self.refresh()
         try:
-            await self._execute()
+            if self._agent is not None:
+                self._result = await self._agent.run()
+            elif inp.plan is not None:
+                await self._execute(inp.plan)
+                depended_on = {d for s in inp.plan.steps for d in (s.depends_on or [])}
+                self._result = {
+                    s.id: self._steps[s.id].output
+                    for s in inp.plan.steps
+                    if s.id not in depended_on and self._steps[s.id].status == "completed"
+                }
         except asyncio.CancelledError:
             self._finish("cancelled", "cancelled on request")
             raise
         except StepFailed as exc:
             self._finish("failed", str(exc))
             raise ApplicationError(str(exc), type="RunFailed", non_retryable=True) from None
-        depended_on = {d for s in inp.plan.steps for d in (s.depends_on or [])}
-        self._result = {
-            s.id: self._steps[s.id].output
-            for s in inp.plan.steps
-            if s.id not in depended_on and self._steps[s.id].status == "completed"
-        }
         self._finish("completed", None)
-        return RunResult(outputs=self._result)
+        return RunResult(outputs=self._result or {})
 
-    async def _execute(self) -> None:
-        steps = {s.id: s for s in self._inp.plan.steps}
+    async def _execute(self, plan: Plan) -> None:
+        steps = {s.id: s for s in plan.steps}
         # Count unmet dependencies instead of rescanning every step on each wake-up, so a
         # run of a thousand steps costs O(edges), not O(steps²).
         unmet = {s.id: len(s.depends_on or []) for s in steps.values()}
@@ -182,7 +165,7 @@ class RunWorkflow:
                 for step_id in ready:
                     running[step_id] = asyncio.create_task(self._run_step(steps[step_id]))
                 ready = []
-                self._refresh()
+                self.refresh()
                 await workflow.wait(list(running.values()), return_when=asyncio.FIRST_COMPLETED)
                 # Iterate in start order, not set order, so replay sees the same sequence.
                 for step_id, task in list(running.items()):
@@ -211,17 +194,29 @@ class RunWorkflow:
         try:
             output = await self._perform(step, state)
         except asyncio.CancelledError:
-            self._settle(state, "cancelled")
+            self.settle(state, "cancelled")
             raise
         except StepFailed as exc:
-            self._settle(state, "failed", error=str(exc))
+            self.settle(state, "failed", error=str(exc))
             raise StepFailed(f"step '{step.id}' failed: {exc}") from None
         if output is None:
-            self._settle(state, "skipped")
+            self.settle(state, "skipped")
         else:
-            self._settle(state, "completed", output=output)
+            self.settle(state, "completed", output=output)
 
-    def _settle(
+    def add_step(self, step_id: str, kind: StepKind) -> StepState:
+        """A new step record (one of the agent's tool calls), pending."""
+        state = self._steps[step_id] = StepState(id=step_id, kind=kind)
+        return state
+
+    def start(self, state: StepState) -> None:
+        """Mark a step running."""
+        state.status = "running"
+        state.started_at = workflow.now()
+        self._active[state.id] = None
+        self.refresh()
+
+    def settle(
         self,
         state: StepState,
         status: StepStatusName,
@@ -236,7 +231,7 @@ class RunWorkflow:
         self._active.pop(state.id, None)
         if status in ("completed", "skipped"):
             self._done += 1
-        self._refresh()
+        self.refresh()
 
     async def _perform(self, step: Step, state: StepState) -> dict[str, Any] | None:
         """Run one step; None means it was skipped after a rejection."""
@@ -247,9 +242,9 @@ class RunWorkflow:
 
         if step.approval is not None or step.requires_approval:
             summary = (
-                resolved.get("message") or f"{step.kind} step '{step.id}': {_preview(resolved)}"
+                resolved.get("message") or f"{step.kind} step '{step.id}': {preview(resolved)}"
             )
-            record = await self._await_approval(step, summary)
+            record = await self.request_approval(step.id, summary)
             if record.decision == "reject":
                 if step.on_reject == "skip":
                     return None
@@ -259,10 +254,7 @@ class RunWorkflow:
                 state.started_at = state.finished_at = workflow.now()
                 return {"approved_by": record.decided_by, "comment": record.comment}
 
-        state.status = "running"
-        state.started_at = workflow.now()
-        self._active[step.id] = None
-        self._refresh()
+        self.start(state)
         try:
             if step.wait is not None:
                 await workflow.sleep(timedelta(seconds=step.wait.seconds))
@@ -271,9 +263,7 @@ class RunWorkflow:
                 return await self._call_model(step, state, resolved)
             return await self._call_tool(step, state, resolved)
         except ActivityError as exc:
-            if isinstance(exc.cause, CancelledError):
-                raise asyncio.CancelledError from None
-            message, attempts = _failure(exc)
+            message, attempts = failure_of(exc)
             state.attempts = attempts or state.attempts
             raise StepFailed(message) from None
 
@@ -292,18 +282,25 @@ class RunWorkflow:
             return {"message": plans.resolve(step.approval.message, output_of)}
         return {}
 
-    async def _await_approval(self, step: Step, summary: str) -> ApprovalRecord:
-        approval_id = f"apr-{step.id}"
+    async def request_approval(
+        self, step_id: str, summary: str, kind: ApprovalKind = "approval"
+    ) -> ApprovalRecord:
+        """Ask a person and wait, however long, for the decision."""
+        approval_id = f"{'help' if kind == 'needs_help' else 'apr'}-{step_id}"
+        if approval_id in self._approvals:  # asked again about the same step
+            approval_id = f"{approval_id}-{len(self._approvals)}"
         record = ApprovalRecord(
             approval_id=approval_id,
-            step_id=step.id,
+            step_id=step_id,
             summary=summary,
             requested_at=workflow.now(),
+            kind=kind,
         )
         self._approvals[approval_id] = record
         self._undecided[approval_id] = record
-        self._steps[step.id].status = "waiting_approval"
-        self._refresh()
+        if step_id in self._steps:
+            self._steps[step_id].status = "waiting_approval"
+        self.refresh()
         await workflow.wait_condition(lambda: record.decision is not None)
         return record
 
@@ -311,26 +308,39 @@ class RunWorkflow:
         self, step: Step, state: StepState, args: dict[str, Any]
     ) -> dict[str, Any]:
         assert step.tool is not None
-        call = ToolCall(
-            run_id=self._inp.run_id,
-            step_id=step.id,
-            # Stable across retries and continue-as-new: tools use it to apply an effect once.
-            idempotency_key=f"{self._inp.run_id}:{step.id}",
-            args=args,
-        )
-        result: ToolResult = await workflow.execute_activity(
-            f"tool.{step.tool}",
-            call,
-            result_type=ToolResult,
-            start_to_close_timeout=timedelta(seconds=step.timeout_s)
-            if step.timeout_s
-            else TOOL_TIMEOUT,
-            heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
-            retry_policy=_retry_policy(step.retry),
-            summary=f"step {step.id}: tool {step.tool}",
+        result = await self.run_tool(
+            step.id, step.tool, args, retry=step.retry, timeout_s=step.timeout_s
         )
         state.attempts = result.attempt
         return result.output
+
+    async def run_tool(
+        self,
+        step_id: str,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        retry: RetrySpec | None = None,
+        timeout_s: float | None = None,
+    ) -> ToolResult:
+        """Run `tool.<name>` for a step; raises ActivityError when it fails for good."""
+        call = ToolCall(
+            run_id=self._inp.run_id,
+            step_id=step_id,
+            # Stable across retries and continue-as-new: tools use it to apply an effect once.
+            idempotency_key=f"{self._inp.run_id}:{step_id}",
+            args=args,
+        )
+        result: ToolResult = await workflow.execute_activity(
+            f"tool.{tool}",
+            call,
+            result_type=ToolResult,
+            start_to_close_timeout=timedelta(seconds=timeout_s) if timeout_s else TOOL_TIMEOUT,
+            heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
+            retry_policy=retry_policy(retry),
+            summary=f"step {step_id}: tool {tool}",
+        )
+        return result
 
     async def _call_model(
         self, step: Step, state: StepState, spec: dict[str, Any]
@@ -349,13 +359,11 @@ class RunWorkflow:
             start_to_close_timeout=timedelta(seconds=step.timeout_s)
             if step.timeout_s
             else MODEL_TIMEOUT,
-            retry_policy=_retry_policy(step.retry),
+            retry_policy=retry_policy(step.retry),
             summary=f"step {step.id}: model {model}",
         )
         state.attempts = result.attempt
-        self._usage.model_calls += 1
-        self._usage.input_tokens += result.input_tokens
-        self._usage.output_tokens += result.output_tokens
+        self.add_usage(result.model, result.input_tokens, result.output_tokens)
         output: dict[str, Any] = {
             "text": result.text,
             "model": result.model,
@@ -366,16 +374,29 @@ class RunWorkflow:
             output["json"] = result.json_value
         return output
 
+    def add_usage(self, model: str, input_tokens: int, output_tokens: int) -> None:
+        """Count one model call and what it cost, from the run's price table."""
+        self._usage.model_calls += 1
+        self._usage.input_tokens += input_tokens
+        self._usage.output_tokens += output_tokens
+        price = self._inp.config.prices.get(model)
+        if price is not None:
+            cost = (input_tokens * price.input + output_tokens * price.output) / 1_000_000
+            self._usage.cost_usd = round(self._usage.cost_usd + cost, 6)
+
     # --- status -----------------------------------------------------------------------------
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
         """Recompute the run status, publish it as a search attribute and in the Web UI."""
         if self._status in ("running", "waiting_approval"):
             status: RunStatusName = "waiting_approval" if self._undecided else "running"
             if status != self._status:
                 self._status = status
                 self._publish()
-        details = [f"{self._status}: {self._done}/{len(self._steps)} steps done"]
+        if self._agent is not None:
+            details = [f"{self._status}: {self._agent.progress()}"]
+        else:
+            details = [f"{self._status}: {self._done}/{len(self._steps)} steps done"]
         if self._active:
             details.append("running: " + ", ".join(self._active))
         waits = [f"{a.approval_id} (step {a.step_id})" for a in self._undecided.values()]
@@ -392,7 +413,7 @@ class RunWorkflow:
             if state.status in ("pending", "waiting_approval", "running"):
                 state.status = "cancelled"
         self._publish()
-        self._refresh()
+        self.refresh()
 
     def _publish(self) -> None:
         if self._publish_status:

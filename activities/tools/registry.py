@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,18 @@ async def _heartbeat_forever() -> None:
         activity.heartbeat()
 
 
+@contextlib.asynccontextmanager
+async def heartbeating() -> AsyncIterator[None]:
+    """Heartbeat every second while the body runs, so cancellation reaches it."""
+    beat = asyncio.create_task(_heartbeat_forever())
+    try:
+        yield
+    finally:
+        beat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beat
+
+
 def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
     """One activity per registered tool, bound to this worker's settings."""
 
@@ -110,13 +122,8 @@ def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
                     workspace=workspace_of(settings, call.run_id),
                     settings=settings,
                 )
-                beat = asyncio.create_task(_heartbeat_forever())
-                try:
+                async with heartbeating():
                     output = await spec.fn(args, ctx)
-                finally:
-                    beat.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await beat
             return ToolResult(output=output, attempt=attempt)
 
         run_tool.__doc__ = spec.description

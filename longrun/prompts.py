@@ -1,0 +1,71 @@
+"""The words longrun says to models: planner, actor and judge. Pure text building, so the
+workflow may use it too."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from longrun.contracts import PlanRequest
+
+PLANNER = (
+    "You plan work for an autonomous agent. Break the goal into a short sequence of concrete "
+    "steps that the available tools can carry out. For each step give an id (lowercase "
+    "letters, digits, - or _), the intent, and the expected evidence: what will be observable "
+    "once the step is done (a file and its content, a command's output). Answer with JSON "
+    'only: {"steps": [{"id": ..., "intent": ..., "expected_evidence": ...}]}.'
+)
+
+ACTOR = (
+    "You are an agent carrying out one step of a plan with tools. Call tools to do the work; "
+    "look at their results. When the step is done, answer with a short summary of what you "
+    "did and the evidence, without calling a tool. When the whole goal is met and every "
+    "acceptance criterion holds, call `finish` with a summary; it is checked, so do not call "
+    "it early."
+)
+
+JUDGE = (
+    "You verify claims about work an agent did. Decide from the evidence only whether the "
+    "statement holds. Answer with JSON only: "
+    '{"passed": true|false, "reason": "..."}; the reason must cite the evidence.'
+)
+
+FINISH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "finish",
+        "description": "Claim that the goal is met; every acceptance criterion is then checked.",
+        "parameters": {
+            "type": "object",
+            "properties": {"summary": {"type": "string"}},
+            "required": ["summary"],
+        },
+    },
+}
+
+
+def bullet(items: list[str]) -> str:
+    """Items as a bulleted list, or '(none)'."""
+    return "\n".join(f"- {item}" for item in items) if items else "(none)"
+
+
+def plan_request(req: PlanRequest) -> str:
+    """The planner's user message."""
+    parts = [
+        f"Goal: {req.goal}",
+        f"Acceptance criteria:\n{bullet(req.criteria)}",
+        f"Tools: {', '.join(req.tools) or '(none)'}",
+    ]
+    if req.context:
+        parts.append(f"Progress so far, and why the plan must change:\n{req.context}")
+    if req.previous_error:
+        parts.append(
+            f"Your previous answer was not a valid plan: {req.previous_error}\n"
+            "Answer again with valid JSON."
+        )
+    return "\n\n".join(parts)
+
+
+def judge_request(statement: str, evidence: str) -> str:
+    """The judge's user message."""
+    return f"Statement: {statement}\n\nEvidence:\n{evidence or '(no evidence)'}"

@@ -1,0 +1,469 @@
+"""The agent loop of a goal-only run: plan, act, verify, replan, complete.
+
+All decisions are made here, deterministically; every model call, tool call and check is an
+activity. The loop refuses to call a run complete until every acceptance criterion passes.
+Each step's conversation starts fresh from a short brief (goal, criteria, plan with
+statuses, notes of finished steps), so prompts stay small however long the run.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+from workflows.common import (
+    MODEL_TIMEOUT,
+    TOOL_HEARTBEAT_TIMEOUT,
+    StepFailed,
+    failure_of,
+    preview,
+    retry_policy,
+)
+
+with workflow.unsafe.imports_passed_through():
+    # Safe to pass through: method references, pure prompt text, pydantic models, and the
+    # tool registry (read for argument schemas and side-effect classes only).
+    from activities.model import ModelActivities
+    from activities.tools import REGISTRY
+    from activities.verify import VerifyActivities
+    from longrun import prompts
+    from longrun.contracts import (
+        ActRequest,
+        ActResult,
+        AgentPlan,
+        AgentSpec,
+        CheckRequest,
+        Criterion,
+        CriterionState,
+        ModelUsage,
+        Phase,
+        PlanAttempt,
+        PlanItem,
+        PlanRequest,
+        RunInput,
+        RunState,
+        SideEffect,
+        ToolCallRequest,
+        ToolCheck,
+        Verdict,
+    )
+
+if TYPE_CHECKING:
+    from workflows.run import RunWorkflow
+
+VERIFY_TIMEOUT = timedelta(minutes=10)
+TOOL_RESULT_CHARS = 4000
+OBSERVATION_CHARS = 1500
+OBSERVATIONS_KEPT = 8
+NOTES_KEPT = 10
+
+
+def describe_criterion(criterion: Criterion) -> str:
+    """A criterion as a person (or a model) reads it."""
+    check = criterion.check
+    if isinstance(check, ToolCheck):
+        expect = check.expect.model_dump(exclude_unset=True)
+        return f"{criterion.id}: {check.tool} {preview(check.args)} must give {preview(expect)}"
+    return f"{criterion.id}: {check.judge}"
+
+
+def tool_schema(name: str) -> dict[str, Any]:
+    """The OpenAI `tools` entry for a registered tool."""
+    spec = REGISTRY[name]
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": spec.description,
+            "parameters": spec.args_model.model_json_schema(),
+        },
+    }
+
+
+class AgentLoop:
+    """Drives a model through a goal until its acceptance criteria verifiably pass."""
+
+    def __init__(self, run: RunWorkflow, inp: RunInput, spec: AgentSpec) -> None:
+        self._run = run
+        self._inp = inp
+        self._spec = spec
+        self.plan: list[PlanItem] = []
+        self.phase: Phase = "planning"
+        self.acceptance = [
+            CriterionState(id=c.id, kind="tool" if isinstance(c.check, ToolCheck) else "judge")
+            for c in spec.acceptance
+        ]
+        self.replans = 0
+        self.premature_completions = 0
+        self._turns = 0
+        self._tool_calls = 0
+        self._notes: list[str] = []
+        self._current: PlanItem | None = None
+        self._last_check: str | None = None
+        self._offered = [tool_schema(name) for name in spec.tools] + [prompts.FINISH_TOOL]
+
+    # --- what status shows --------------------------------------------------------------------
+
+    def describe(self, state: RunState) -> None:
+        """Add the agent's view to a status answer."""
+        state.phase = self.phase
+        state.plan = [item.model_copy() for item in self.plan]
+        state.acceptance = [c.model_copy() for c in self.acceptance]
+        state.replans = self.replans
+        state.premature_completions = self.premature_completions
+
+    def progress(self) -> str:
+        """One line for the Web UI's current details."""
+        line = f"{self.phase}"
+        if self._current is not None and self._current in self.plan:
+            k = self.plan.index(self._current) + 1
+            line += f", step {k} of {len(self.plan)} ({self._current.id})"
+        if self._last_check:
+            line += f"\nlast verification: {self._last_check}"
+        return line
+
+    def _enter(self, phase: Phase) -> None:
+        self.phase = phase
+        self._run.refresh()
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        """Plan, then work through the plan until the goal is verifiably met."""
+        self.plan = await self._make_plan(context=None)
+        index = 0
+        feedback: str | None = None
+        while True:
+            if index == len(self.plan):
+                # The plan is done, which claims the goal is met: prove it.
+                failures = await self._check_acceptance()
+                if not failures:
+                    return self._result()
+                self.premature_completions += 1
+                self.plan.append(
+                    PlanItem(
+                        id=f"fix-{self.premature_completions}",
+                        intent="Make the failing acceptance criteria pass",
+                        expected_evidence=failures[:2000],
+                    )
+                )
+                continue
+            item = self._current = self.plan[index]
+            item.status = "running"
+            if await self._act(item, feedback):
+                item.status = "completed"
+                for later in self.plan[index + 1 :]:
+                    later.status = "skipped"
+                return self._result()
+            verdict = await self._verify_step(item)
+            item.verification = verdict.evidence
+            if verdict.passed:
+                item.status = "completed"
+                self._notes.append(f"{item.id}: {item.summary}")
+                index += 1
+                feedback = None
+                continue
+            item.attempts += 1
+            feedback = f"Verification of this step failed: {verdict.evidence}"
+            if item.attempts < self._spec.max_verify_attempts:
+                continue
+            if self.replans < self._spec.max_replans:
+                self.replans += 1
+                item.status = "failed"
+                context = self._replan_context(item, verdict.evidence)
+                fresh = await self._make_plan(context=context)
+                for new in fresh:
+                    new.id = f"r{self.replans}-{new.id}"[:64]
+                self.plan[index + 1 :] = fresh
+                index += 1
+                feedback = None
+                continue
+            feedback = await self._ask_for_help(item, verdict.evidence)
+            item.attempts = 0
+            item.status = "running"
+
+    def _result(self) -> dict[str, Any]:
+        return {
+            "summary": self._current.summary if self._current else None,
+            "acceptance": {c.id: c.evidence for c in self.acceptance},
+        }
+
+    def _replan_context(self, item: PlanItem, why: str) -> str:
+        done = [f"{p.id}: {p.summary}" for p in self.plan if p.status == "completed"]
+        return (
+            f"Done so far:\n{prompts.bullet(done)}\n\n"
+            f"Step '{item.id}' ({item.intent}) failed verification "
+            f"{item.attempts} times: {why}\nPlan the remaining work differently."
+        )
+
+    async def _ask_for_help(self, item: PlanItem, why: str) -> str:
+        item.status = "waiting_approval"
+        record = await self._run.request_approval(
+            item.id,
+            f"Needs help: step '{item.id}' ({item.intent}) keeps failing verification after "
+            f"{self.replans} replans: {why[:500]}. Approve with guidance in the comment to "
+            "continue, or reject to fail the run.",
+            kind="needs_help",
+        )
+        if record.decision == "reject":
+            reason = f": {record.comment}" if record.comment else ""
+            raise StepFailed(
+                f"step '{item.id}' kept failing verification and {record.decided_by} "
+                f"declined to help{reason}"
+            )
+        return (
+            f"Guidance from {record.decided_by}: {record.comment or '(none)'}\nLast failure: {why}"
+        )
+
+    # --- planning -----------------------------------------------------------------------------
+
+    async def _make_plan(self, context: str | None) -> list[PlanItem]:
+        self._enter("planning" if context is None else "replanning")
+        error: str | None = None
+        for _ in range(self._spec.max_plan_attempts):
+            attempt: PlanAttempt = await self._activity(
+                ModelActivities.plan,
+                PlanRequest(
+                    run_id=self._inp.run_id,
+                    model=self._spec.planner_model,
+                    goal=self._inp.goal,
+                    criteria=[describe_criterion(c) for c in self._spec.acceptance],
+                    tools=self._spec.tools,
+                    context=context,
+                    previous_error=error,
+                ),
+                summary="plan" if context is None else f"replan {self.replans}",
+            )
+            self._count(attempt.usage)
+            error = attempt.error or _duplicate_ids(attempt.plan)
+            if error is None and attempt.plan is not None:
+                return [
+                    PlanItem(id=s.id, intent=s.intent, expected_evidence=s.expected_evidence)
+                    for s in attempt.plan.steps
+                ]
+        raise StepFailed(
+            f"the planner gave no valid plan in {self._spec.max_plan_attempts} attempts; "
+            f"last problem: {error}"
+        )
+
+    # --- acting -------------------------------------------------------------------------------
+
+    def _brief(self, item: PlanItem, feedback: str | None) -> str:
+        plan = [f"[{p.status}] {p.id}: {p.intent}" for p in self.plan]
+        parts = [
+            f"Goal: {self._inp.goal}",
+            "Acceptance criteria:\n"
+            + prompts.bullet([describe_criterion(c) for c in self._spec.acceptance]),
+            f"Plan:\n{prompts.bullet(plan)}",
+            f"Notes from finished steps:\n{prompts.bullet(self._notes[-NOTES_KEPT:])}",
+            f"Your step now: {item.id}: {item.intent}\nExpected evidence: {item.expected_evidence}",
+        ]
+        if feedback:
+            parts.append(feedback)
+        return "\n\n".join(parts)
+
+    async def _act(self, item: PlanItem, feedback: str | None) -> bool:
+        """Work on one step until the model says it is done; True if `finish` was proven."""
+        self._enter("acting")
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": prompts.ACTOR},
+            {"role": "user", "content": self._brief(item, feedback)},
+        ]
+        self._observations: list[str] = []
+        for _ in range(self._spec.max_turns_per_step):
+            if self._turns >= self._spec.max_steps:
+                raise StepFailed(
+                    f"max_steps ({self._spec.max_steps}) used up before the goal was verifiably met"
+                )
+            self._turns += 1
+            result: ActResult = await self._activity(
+                ModelActivities.act,
+                ActRequest(
+                    run_id=self._inp.run_id,
+                    step_id=item.id,
+                    model=self._spec.actor_model,
+                    messages=messages,
+                    tools=self._offered,
+                ),
+                summary=f"act: {item.id} (turn {self._turns})",
+            )
+            self._count(result.usage)
+            messages.append(_assistant_message(result))
+            if not result.tool_calls:
+                item.summary = (result.content or "").strip()[:1000] or "(no summary)"
+                return False
+            for call in result.tool_calls:
+                if call.name == "finish":
+                    item.summary = _finish_summary(call)
+                    failures = await self._check_acceptance()
+                    if not failures:
+                        return True
+                    self.premature_completions += 1
+                    self._enter("acting")
+                    reply = f"Not finished: these acceptance criteria fail:\n{failures}"
+                else:
+                    reply = await self._call_tool(item, call)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": reply})
+        item.summary = f"stopped after {self._spec.max_turns_per_step} turns without a summary"
+        return False
+
+    async def _call_tool(self, item: PlanItem, call: ToolCallRequest) -> str:
+        """Run one tool call the model asked for; the answer is what the model is told."""
+        self._tool_calls += 1
+        step_id = f"{item.id}-t{self._tool_calls}"
+        if call.name not in self._spec.tools:
+            state = self._run.add_step(step_id, "tool")
+            refusal = f"refused: '{call.name}' is not in this run's tools"
+            self._run.settle(state, "skipped", error=refusal)
+            allowed = ", ".join(self._spec.tools) or "(none)"
+            return (
+                f"Refused: the tool '{call.name}' is not allowed in this run, so nothing ran. "
+                f"Allowed tools: {allowed}."
+            )
+        spec = REGISTRY[call.name]
+        try:
+            args = json.loads(call.arguments or "{}")
+            if not isinstance(args, dict):
+                raise ValueError("not an object")
+            parsed = spec.args_model.model_validate(args)
+        except (ValueError, ValidationError) as exc:
+            return f"Invalid arguments for {call.name}, nothing ran: {exc}"
+
+        state = self._run.add_step(step_id, "tool")
+        if spec.side_effect_of(parsed) is SideEffect.IRREVERSIBLE:
+            record = await self._run.request_approval(
+                step_id, f"agent step '{item.id}' wants to run {call.name} {preview(args)}"
+            )
+            if record.decision == "reject":
+                self._run.settle(state, "skipped", error=f"rejected by {record.decided_by}")
+                comment = f": {record.comment}" if record.comment else ""
+                return f"A person rejected this call{comment}. Find another way."
+        self._run.start(state)
+        try:
+            result = await self._run.run_tool(step_id, call.name, args)
+        except ActivityError as exc:
+            message, attempts = failure_of(exc)
+            state.attempts = attempts
+            self._run.settle(state, "failed", error=message)
+            self._observe(f"{call.name} {preview(args)} failed: {message}")
+            return f"The tool failed: {message}"
+        state.attempts = result.attempt
+        self._run.settle(state, "completed", output=result.output)
+        text = json.dumps(result.output)
+        self._observe(f"{call.name} {preview(args)} -> {text[:OBSERVATION_CHARS]}")
+        return text[:TOOL_RESULT_CHARS]
+
+    def _observe(self, line: str) -> None:
+        self._observations = [*self._observations[-(OBSERVATIONS_KEPT - 1) :], line]
+
+    # --- verifying ----------------------------------------------------------------------------
+
+    async def _verify_step(self, item: PlanItem) -> Verdict:
+        self._enter("verifying")
+        verdict: Verdict = await self._activity(
+            VerifyActivities.step,
+            CheckRequest(
+                run_id=self._inp.run_id,
+                check_id=item.id,
+                goal=self._inp.goal,
+                statement=f"This step is done: {item.intent}. "
+                f"Expected evidence: {item.expected_evidence}",
+                observations=f"The agent's summary: {item.summary}\nTool results:\n"
+                + prompts.bullet(self._observations),
+                judge_model=self._spec.judge_model,
+            ),
+            summary=f"verify: {item.id}",
+            limit=VERIFY_TIMEOUT,
+        )
+        self._count(verdict.usage)
+        self._last_check = f"{item.id}: {'passed' if verdict.passed else 'failed'}"
+        return verdict
+
+    async def _check_acceptance(self) -> str:
+        """Check every criterion; the failures as text, empty when all pass."""
+        self._enter("completing")
+        summary = self._current.summary if self._current else None
+        observations = (
+            f"The agent's claim: {summary}\nNotes from finished steps:\n"
+            + prompts.bullet(self._notes[-NOTES_KEPT:])
+        )
+        failures = []
+        for criterion, state in zip(self._spec.acceptance, self.acceptance, strict=True):
+            check = criterion.check
+            verdict: Verdict = await self._activity(
+                VerifyActivities.acceptance,
+                CheckRequest(
+                    run_id=self._inp.run_id,
+                    check_id=criterion.id,
+                    goal=self._inp.goal,
+                    tool_check=check if isinstance(check, ToolCheck) else None,
+                    statement=None if isinstance(check, ToolCheck) else check.judge,
+                    observations=observations,
+                    judge_model=self._spec.judge_model,
+                ),
+                summary=f"acceptance: {criterion.id}",
+                limit=VERIFY_TIMEOUT,
+            )
+            self._count(verdict.usage)
+            state.status = "passed" if verdict.passed else "failed"
+            state.evidence = verdict.evidence[:2000]
+            if not verdict.passed:
+                failures.append(f"{criterion.id}: {verdict.evidence}")
+        passed = len(self.acceptance) - len(failures)
+        self._last_check = f"acceptance {passed}/{len(self.acceptance)} passed"
+        return "\n".join(failures)
+
+    # --- plumbing -----------------------------------------------------------------------------
+
+    def _count(self, usage: ModelUsage | None) -> None:
+        if usage is not None:
+            self._run.add_usage(usage.model, usage.input_tokens, usage.output_tokens)
+
+    async def _activity(
+        self, method: Any, arg: Any, *, summary: str, limit: timedelta = MODEL_TIMEOUT
+    ) -> Any:
+        """Run a model or verify activity; a failure that retries cannot fix fails the run."""
+        try:
+            return await workflow.execute_activity_method(
+                method,
+                arg,
+                start_to_close_timeout=limit,
+                # Checks may run tools, which heartbeat; model calls do not.
+                heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT if limit is VERIFY_TIMEOUT else None,
+                retry_policy=retry_policy(None),
+                summary=summary,
+            )
+        except ActivityError as exc:
+            message, _ = failure_of(exc)
+            raise StepFailed(f"{summary} failed: {message}") from None
+
+
+def _duplicate_ids(plan: AgentPlan | None) -> str | None:
+    if plan is None:
+        return None
+    ids = [s.id for s in plan.steps]
+    return None if len(set(ids)) == len(ids) else "step ids must be unique"
+
+
+def _assistant_message(result: ActResult) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": result.content}
+    if result.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in result.tool_calls
+        ]
+    return message
+
+
+def _finish_summary(call: ToolCallRequest) -> str:
+    try:
+        args = json.loads(call.arguments or "{}")
+    except ValueError:
+        return call.arguments[:1000]
+    summary = args.get("summary") if isinstance(args, dict) else None
+    return str(summary or call.arguments)[:1000]

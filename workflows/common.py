@@ -1,0 +1,58 @@
+"""What the run workflow and its agent loop share: timeouts, retry policies, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from longrun.contracts import RetrySpec
+
+TOOL_TIMEOUT = timedelta(minutes=10)
+TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+MODEL_TIMEOUT = timedelta(minutes=5)
+MAX_RETRY_INTERVAL = timedelta(minutes=1)
+PREVIEW_CHARS = 500
+
+
+class StepFailed(Exception):
+    """A step ended in failure; the run fails with this message."""
+
+
+def retry_policy(spec: RetrySpec | None) -> RetryPolicy:
+    """Temporal's retry policy for a step's retry settings (or the defaults)."""
+    spec = spec or RetrySpec()
+    return RetryPolicy(
+        maximum_attempts=spec.max_attempts,
+        initial_interval=timedelta(seconds=spec.initial_interval_s),
+        backoff_coefficient=spec.backoff,
+        maximum_interval=max(MAX_RETRY_INTERVAL, timedelta(seconds=spec.initial_interval_s)),
+    )
+
+
+def preview(value: Any) -> str:
+    """A short one-line rendering of a value, for summaries."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
+
+
+def failure_of(exc: ActivityError) -> tuple[str, int]:
+    """The person-readable message and attempt count of a failed activity; a cancelled
+    activity re-raises the workflow's cancellation."""
+    if isinstance(exc.cause, CancelledError):
+        raise asyncio.CancelledError from None
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        attempt = 0
+        if cause.details and isinstance(cause.details[0], dict):
+            attempt = int(cause.details[0].get("attempt", 0))
+        return cause.message, attempt
+    if cause is not None:
+        return str(cause) or type(cause).__name__, 0
+    return str(exc), 0
