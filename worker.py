@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import activities_for
@@ -17,6 +20,21 @@ from workflows import RunWorkflow
 log = logging.getLogger("longrun.worker")
 
 
+@asynccontextmanager
+async def serving(client: Client, settings: Settings) -> AsyncIterator[Worker]:
+    """A running worker on the task queue: the run workflow and every activity."""
+    async with (
+        activities_for(settings) as activities,
+        Worker(
+            client,
+            task_queue=settings.task_queue,
+            workflows=[RunWorkflow],
+            activities=activities,
+        ) as worker,
+    ):
+        yield worker
+
+
 async def run_worker(settings: Settings) -> None:
     """Poll the task queue until SIGINT or SIGTERM, then finish in-flight work and exit."""
     client = await connect(settings)
@@ -25,15 +43,7 @@ async def run_worker(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with (
-        activities_for(settings) as activities,
-        Worker(
-            client,
-            task_queue=settings.task_queue,
-            workflows=[RunWorkflow],
-            activities=activities,
-        ),
-    ):
+    async with serving(client, settings):
         log.info(
             "worker polling task queue %r on %s (namespace %s)",
             settings.task_queue,

@@ -11,6 +11,16 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 
+def retry_after_seconds(value: str | None) -> float | None:
+    """A Retry-After header in seconds (the HTTP-date form is not honoured)."""
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
 def fatal(message: str, *, type: str = "Fatal") -> ApplicationError:
     """An error a retry cannot fix; the message should tell a person what to change."""
     return ApplicationError(message, type=type, non_retryable=True)

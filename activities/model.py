@@ -15,7 +15,7 @@ from openai.types.chat import ChatCompletionMessage
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
-from activities.errors import fatal, reported_with_attempt, transient
+from activities.errors import fatal, reported_with_attempt, retry_after_seconds, transient
 from longrun import prompts
 from longrun.contracts import (
     ActRequest,
@@ -32,14 +32,6 @@ from longrun.contracts import (
 from longrun.settings import Settings
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
-
-
-def _retry_after(exc: openai.APIStatusError) -> float | None:
-    value = exc.response.headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
 
 
 class ModelActivities:
@@ -91,7 +83,8 @@ class ModelActivities:
         except openai.APIStatusError as exc:
             message = f"model endpoint answered {exc.status_code}: {exc.message}"
             if exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500:
-                raise transient(message, retry_after_s=_retry_after(exc)) from exc
+                retry_after = retry_after_seconds(exc.response.headers.get("retry-after"))
+                raise transient(message, retry_after_s=retry_after) from exc
             raise fatal(message, type="ModelRequestRejected") from exc
         except (openai.APITimeoutError, openai.APIConnectionError) as exc:
             raise transient(f"model endpoint unreachable: {exc}") from exc

@@ -35,10 +35,16 @@ class TemporalGateway:
         return self._client
 
 
-def get_settings(request: Request) -> Settings:
+def app_settings(request: Request) -> Settings:
     """This app's settings."""
     settings: Settings = request.app.state.settings
     return settings
+
+
+def gateway(request: Request) -> TemporalGateway:
+    """This app's connection to Temporal, for routes that connect only after validating."""
+    found: TemporalGateway = request.app.state.temporal
+    return found
 
 
 async def get_client(request: Request) -> Client:
@@ -47,5 +53,6 @@ async def get_client(request: Request) -> Client:
     return await gateway.client()
 
 
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+SettingsDep = Annotated[Settings, Depends(app_settings)]
+Gateway = Annotated[TemporalGateway, Depends(gateway)]
 TemporalClient = Annotated[Client, Depends(get_client)]

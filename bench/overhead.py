@@ -59,12 +59,13 @@ with workflow.unsafe.imports_passed_through():
     # Safe to pass through: no I/O at import, and the bare workflow only reads constants.
     # It also spares the sandbox re-importing all of this for every bare run, a cost the
     # longrun side does not pay either (workflows/run.py passes its imports through too).
-    from activities import REGISTRY, activities_for
+    from activities import REGISTRY
     from longrun.contracts import Plan, RunConfig, RunInput, Step
     from longrun.devstack import TemporalDevServer, free_port
     from longrun.plans import normalize_plan
     from longrun.settings import Settings
     from longrun.temporal import connect
+    from worker import serving
     from workflows import STATUS_ATTRIBUTE, RunWorkflow
     from workflows.common import TOOL_HEARTBEAT_TIMEOUT, TOOL_TIMEOUT, retry_policy
 
@@ -173,13 +174,7 @@ async def bench(steps: int, runs: int, warmup: int) -> None:
             client = await connect(settings)
             times: dict[str, list[Timing]] = {"longrun": [], "bare": []}
             async with (
-                activities_for(settings) as activities,
-                Worker(
-                    client,
-                    task_queue=settings.task_queue,
-                    workflows=[RunWorkflow],
-                    activities=activities,
-                ),
+                serving(client, settings),
                 Worker(client, task_queue=bare_queue, workflows=[BareWorkflow], activities=[noop]),
             ):
                 for n in range(warmup + runs):

@@ -29,13 +29,6 @@ StepKind = Literal["tool", "model", "wait", "approval"]
 Decision = Literal["approve", "reject"]
 ApprovalKind = Literal["approval", "needs_help"]
 
-RUN_STATUSES: tuple[RunStatusName, ...] = (
-    "running",
-    "waiting_approval",
-    "completed",
-    "failed",
-    "cancelled",
-)
 FINAL_RUN_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
 
@@ -299,6 +292,7 @@ class PendingApproval(BaseModel):
     summary: str
     requested_at: datetime
     kind: ApprovalKind = "approval"
+    arguments: Any = Field(None, description="exactly what will run once approved")
 
 
 class ApprovalRecord(PendingApproval):

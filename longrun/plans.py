@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from longrun.contracts import Plan, SideEffect, Step
+from longrun.contracts import Criterion, JudgeCheck, Plan, RunRequest, SideEffect, Step, ToolCheck
 
 _TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _REFERENCE = re.compile(r"^\s*steps\.([a-z0-9_-]{1,64})\.output((?:\.[A-Za-z0-9_-]+)*)\s*$")
@@ -253,6 +253,12 @@ def lookup(value: Any, path: list[str], where: str) -> Any:
     return value
 
 
+def resolve_text(text: str, output_of: Callable[[str], Any]) -> str:
+    """Resolve references where the result must be text: non-strings become JSON."""
+    value = resolve(text, output_of)
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def resolve(value: Any, output_of: Callable[[str], Any]) -> Any:
     """Replace references in every string of `value` with the referenced outputs.
 
@@ -285,3 +291,60 @@ def resolve(value: Any, output_of: Callable[[str], Any]) -> Any:
     if isinstance(value, list):
         return [resolve(v, output_of) for v in value]
     return value
+
+
+AGENT_ONLY_FIELDS = ("acceptance", "tools", "models", "max_steps")
+
+
+def validate_agent(body: RunRequest, tools: Mapping[str, ToolCatalogue]) -> list[PlanError]:
+    """Check a goal-only request: known tools, unique criteria, valid check arguments.
+
+    With an explicit plan, the agent-only fields are refused rather than ignored.
+    """
+    errors: list[PlanError] = []
+    if body.plan is not None:
+        for name in AGENT_ONLY_FIELDS:
+            if getattr(body, name) is not None:
+                errors.append(
+                    PlanError(
+                        loc=("body", name), msg=f"'{name}' applies only to runs without a plan"
+                    )
+                )
+        return errors
+    for i, name in enumerate(body.tools or []):
+        if name not in tools:
+            known = ", ".join(sorted(tools))
+            errors.append(
+                PlanError(loc=("body", "tools", i), msg=f"unknown tool '{name}' (known: {known})")
+            )
+    seen: set[str] = set()
+    for i, criterion in enumerate(body.acceptance or []):
+        loc: Loc = ("body", "acceptance", i)
+        if criterion.id in seen:
+            errors.append(
+                PlanError(loc=(*loc, "id"), msg=f"duplicate criterion id '{criterion.id}'")
+            )
+        seen.add(criterion.id)
+        check = criterion.check
+        if isinstance(check, ToolCheck):
+            spec = tools.get(check.tool)
+            if spec is None:
+                errors.append(
+                    PlanError(loc=(*loc, "check", "tool"), msg=f"unknown tool '{check.tool}'")
+                )
+                continue
+            try:
+                spec.args_model.model_validate(check.args)
+            except ValidationError as exc:
+                for err in exc.errors():
+                    errors.append(
+                        PlanError(loc=(*loc, "check", "args", *err["loc"]), msg=str(err["msg"]))
+                    )
+    return errors
+
+
+def acceptance_of(body: RunRequest) -> list[Criterion]:
+    """The run's criteria; with none given, a judge must confirm the goal is met."""
+    if body.acceptance:
+        return list(body.acceptance)
+    return [Criterion(id="goal", check=JudgeCheck(judge=f"The goal is met: {body.goal}"))]

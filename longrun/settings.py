@@ -9,6 +9,8 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from longrun.contracts import Price
+
 
 class Settings(BaseSettings):
     """Configuration shared by the worker, the API and the CLI.
@@ -27,6 +29,12 @@ class Settings(BaseSettings):
     openai_base_url: str | None = Field(None, alias="OPENAI_BASE_URL")
     openai_api_key: SecretStr | None = Field(None, alias="OPENAI_API_KEY")
     model: str = Field("gpt-4.1-mini", alias="LONGRUN_MODEL")
+    prices: dict[str, Price] = Field(
+        default_factory=dict,
+        alias="LONGRUN_PRICES",
+        description='USD per million tokens, JSON: {"gpt-4.1-mini": {"input": 0.4, "output": 1.6}}',
+    )
+    max_steps: int = Field(40, alias="LONGRUN_MAX_STEPS", ge=1, le=1000)
     model_timeout_s: float = Field(120.0, alias="LONGRUN_MODEL_TIMEOUT_S", gt=0)
 
     data_dir: Path = Field(Path(".longrun/data"), alias="LONGRUN_DATA_DIR")

@@ -14,14 +14,13 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import activities_for
 from api.app import create_app
 from longrun.devstack import TemporalDevServer, free_port
 from longrun.settings import Settings
 from longrun.standin import create_app as create_standin
 from longrun.temporal import connect
 from tests.helpers import Poll, ServerThread, StandIn
-from workflows import RunWorkflow
+from worker import serving
 
 
 @pytest.fixture(scope="session")
@@ -78,15 +77,7 @@ async def client(temporal_server: TemporalDevServer) -> Client:
 @pytest.fixture
 async def worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
     """An in-process worker on the test's task queue."""
-    async with (
-        activities_for(settings) as activities,
-        Worker(
-            client,
-            task_queue=settings.task_queue,
-            workflows=[RunWorkflow],
-            activities=activities,
-        ) as running,
-    ):
+    async with serving(client, settings) as running:
         yield running
 
 

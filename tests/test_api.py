@@ -107,7 +107,26 @@ async def test_invalid_plans_are_refused_and_start_nothing(
     [
         ({"plan": {"steps": [ECHO]}}, ["body", "goal"]),
         ({"goal": "", "plan": {"steps": [ECHO]}}, ["body", "goal"]),
-        ({"goal": "g"}, ["body", "plan"]),
+        ({"goal": "g", "tools": ["read_file", "nope"]}, ["body", "tools", 1]),
+        ({"goal": "g", "plan": {"steps": [ECHO]}, "max_steps": 3}, ["body", "max_steps"]),
+        ({"goal": "g", "max_steps": 0}, ["body", "max_steps"]),
+        (
+            {"goal": "g", "acceptance": [{"id": "c", "check": {"judge": "x"}}] * 2},
+            ["body", "acceptance", 1, "id"],
+        ),
+        (
+            {"goal": "g", "acceptance": [{"id": "c", "check": {"tool": "shell", "args": {}}}]},
+            ["body", "acceptance", 0, "check", "ToolCheck", "expect"],
+        ),
+        (
+            {
+                "goal": "g",
+                "acceptance": [
+                    {"id": "c", "check": {"tool": "zz", "args": {}, "expect": {"exit_code": 0}}}
+                ],
+            },
+            ["body", "acceptance", 0, "check", "tool"],
+        ),
         ({"goal": "g", "plan": {"steps": [ECHO]}, "labels": {"Bad Key": "x"}}, None),
         ({"goal": "g", "plan": {"steps": [ECHO]}, "labels": {"team": "o'ps"}}, None),
         ({"goal": "g", "plan": {"steps": [ECHO]}, "extra": 1}, ["body", "extra"]),
@@ -244,7 +263,12 @@ async def test_list_filters_by_status_and_label_and_paginates(
     ends = [r["closed_at"] for r in page1["runs"][1:] + page2["runs"]]
     assert ends == sorted(ends, reverse=True)
 
-    for params in ({"label": "no-colon"}, {"label": "team:o'x"}, {"status": "bogus"}):
+    for params in (
+        {"label": "no-colon"},
+        {"label": "team:o'x"},
+        {"label": "team:ops\n"},
+        {"status": "bogus"},
+    ):
         assert (await api.get("/v1/runs", params=params)).status_code == 422
     assert (await api.get("/v1/runs", params={"page_token": "%%%"})).status_code == 422
 
@@ -259,6 +283,9 @@ async def test_temporal_unreachable_is_503(settings: Settings) -> None:
         response = await http.post("/v1/runs", json={"goal": "g", "plan": {"steps": [ECHO]}})
         assert response.status_code == 503
         assert "unreachable" in response.json()["detail"]
+        # A bad request is still a bad request.
+        bad = await http.post("/v1/runs", json={"goal": "g", "plan": {"steps": [ECHO, ECHO]}})
+        assert bad.status_code == 422
 
 
 async def test_health_and_docs(api: httpx.AsyncClient) -> None:

@@ -14,15 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI, Request
-from temporalio.worker import Worker
 
-from activities import activities_for
 from api.app import create_app
 from longrun.devstack import TemporalDevServer, free_port
 from longrun.settings import Settings
 from longrun.temporal import connect
 from tests.helpers import Poll, ServerThread, StandIn, submit
-from workflows import RunWorkflow
+from worker import serving
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -160,13 +158,7 @@ async def test_temporal_restart_mid_run_completes(
     transport = httpx.ASGITransport(app=create_app(settings))
     async with (
         httpx.AsyncClient(transport=transport, base_url="http://api") as api,
-        activities_for(settings) as activities,
-        Worker(
-            client,
-            task_queue=settings.task_queue,
-            workflows=[RunWorkflow],
-            activities=activities,
-        ),
+        serving(client, settings),
     ):
         run_id = await submit(
             api,

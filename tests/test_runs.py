@@ -278,3 +278,41 @@ async def test_malformed_and_slow_model_answers_are_retried(
     assert [s["attempts"] for s in run["steps"]] == [2, 2]
     assert [c["outcome"] for c in standin.calls("garbled")] == ["malformed", "ok"]
     assert len(standin.calls("sluggish")) == 2
+
+
+async def test_references_render_as_text_where_text_is_needed(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    run_id = await submit(
+        api,
+        [
+            {"id": "a", "tool": "echo", "args": {"value": {"n": 5, "tag": "textual"}}},
+            {"id": "gate", "approval": {"message": "{{steps.a.output.value.n}}"}},
+            {"id": "ask", "model": {"prompt": "{{steps.a.output.value}}"}},
+        ],
+    )
+    run = await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+    [pending] = run["pending_approvals"]
+    assert pending["summary"] == "5"
+    await api.post(f"/v1/runs/{run_id}/approvals/apr-gate", json={"decision": "approve"})
+    run = await wait_run(run_id)
+    assert run["status"] == "completed"
+    [call] = standin.calls("textual")
+    assert call["messages"][-1]["content"] == '{"n": 5, "tag": "textual"}'
+
+
+async def test_an_ended_run_waits_for_nobody(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+) -> None:
+    run_id = await submit(
+        api,
+        [
+            {"id": "gate", "approval": {"message": "never answered"}},
+            {"id": "slow", "wait": {"seconds": 0.5}, "depends_on": []},
+            {"id": "bad", "tool": "read_file", "args": {"path": "absent"}},
+        ],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "failed"
+    assert run["pending_approvals"] == []
+    assert run["approvals"][0]["decision"] is None

@@ -13,12 +13,12 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
-from activities import REGISTRY, activities_for
+from activities import REGISTRY
 from longrun.contracts import ApprovalDecision, Plan, RunConfig, RunInput, RunResult, Step
 from longrun.plans import normalize_plan
 from longrun.settings import Settings
+from worker import serving
 from workflows import RunWorkflow
 
 
@@ -48,15 +48,7 @@ async def test_day_long_wait_and_late_approval(
         ]
     )
     run_id = f"run-{uuid.uuid4().hex}"
-    async with (
-        activities_for(settings) as activities,
-        Worker(
-            env.client,
-            task_queue=settings.task_queue,
-            workflows=[RunWorkflow],
-            activities=activities,
-        ),
-    ):
+    async with serving(env.client, settings):
         handle: WorkflowHandle[RunWorkflow, RunResult] = await env.client.start_workflow(
             RunWorkflow.run,
             RunInput(

@@ -299,8 +299,21 @@ async def test_http_host_not_allowed(tools: Tools, monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(httpx, "AsyncClient", no_client)
     err = await tools.fail("http_request", url="http://example.com/")
-    assert err.non_retryable and "'example.com' is not allowed" in err.message
+    assert err.non_retryable and "'example.com:80' is not allowed" in err.message
     assert "LONGRUN_HTTP_ALLOW_HOSTS" in err.message
+
+
+async def test_http_allow_list_entries_may_name_a_port(tmp_path: Path, http_url: str) -> None:
+    port = int(http_url.rsplit(":", 1)[1])
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        LONGRUN_DATA_DIR=tmp_path,
+        LONGRUN_HTTP_ALLOW_HOSTS=f"127.0.0.1:{port}",
+    )
+    tools = Tools(settings, "run-" + uuid.uuid4().hex)
+    assert (await tools.run("http_request", url=f"{http_url}/echo"))["status"] == 200
+    err = await tools.fail("http_request", url=f"http://127.0.0.1:{port + 1}/echo")
+    assert f"'127.0.0.1:{port + 1}' is not allowed" in err.message
 
 
 async def test_http_non_http_scheme_is_invalid_args(tools: Tools) -> None:

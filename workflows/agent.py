@@ -337,7 +337,9 @@ class AgentLoop:
         state = self._run.add_step(step_id, "tool")
         if spec.side_effect_of(parsed) is SideEffect.IRREVERSIBLE:
             record = await self._run.request_approval(
-                step_id, f"agent step '{item.id}' wants to run {call.name} {preview(args)}"
+                step_id,
+                f"agent step '{item.id}' wants to run {call.name} {preview(args)}",
+                arguments={"tool": call.name, "args": args},
             )
             if record.decision == "reject":
                 self._run.settle(state, "skipped", error=f"rejected by {record.decided_by}")

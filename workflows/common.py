@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from longrun.contracts import RetrySpec
 
 TOOL_TIMEOUT = timedelta(minutes=10)
+TOOL_TIMEOUT_MARGIN = timedelta(seconds=30)
 TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 MODEL_TIMEOUT = timedelta(minutes=5)
 MAX_RETRY_INTERVAL = timedelta(minutes=1)

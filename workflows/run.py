@@ -10,6 +10,7 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -19,6 +20,7 @@ from workflows.common import (
     MODEL_TIMEOUT,
     TOOL_HEARTBEAT_TIMEOUT,
     TOOL_TIMEOUT,
+    TOOL_TIMEOUT_MARGIN,
     StepFailed,
     failure_of,
     preview,
@@ -55,7 +57,9 @@ STATUS_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunStatus")
 LABELS_ATTRIBUTE = SearchAttributeKey.for_keyword_list("LongrunLabels")
 
 
-@workflow.defn(name="longrun.Run")
+# Invalid data met inside the workflow fails the run with its message instead of retrying
+# the workflow task forever; other exceptions (bugs) still retry, so a fix can rescue runs.
+@workflow.defn(name="longrun.Run", failure_exception_types=[ValidationError])
 class RunWorkflow:
     """One run: plan steps as activities, approval gates, durable waits, queryable state."""
 
@@ -95,8 +99,7 @@ class RunWorkflow:
                 PendingApproval.model_validate(
                     a.model_dump(include=set(PendingApproval.model_fields))
                 )
-                for a in self._approvals.values()
-                if a.decision is None
+                for a in self._undecided.values()
             ],
             approvals=list(self._approvals.values()),
             usage=self._usage,
@@ -176,8 +179,8 @@ class RunWorkflow:
                             unmet[dependent] -= 1
                             if unmet[dependent] == 0:
                                 ready.append(dependent)
-        # Not BaseException: a workflow evicted from the worker's cache gets GeneratorExit,
-        # which must pass through without more workflow calls.
+        # Not BaseException: when a workflow is evicted from the worker's cache, the SDK
+        # tears its tasks down with exceptions of its own that must pass through untouched.
         except (StepFailed, asyncio.CancelledError) as exc:
             reason = str(exc) if isinstance(exc, StepFailed) else "run cancelled"
             for task in running.values():
@@ -244,7 +247,7 @@ class RunWorkflow:
             summary = (
                 resolved.get("message") or f"{step.kind} step '{step.id}': {preview(resolved)}"
             )
-            record = await self.request_approval(step.id, summary)
+            record = await self.request_approval(step.id, summary, arguments=resolved)
             if record.decision == "reject":
                 if step.on_reject == "skip":
                     return None
@@ -268,8 +271,12 @@ class RunWorkflow:
             raise StepFailed(message) from None
 
     def _resolve(self, step: Step) -> dict[str, Any]:
+        """The step's inputs with references replaced: tool args as values, texts as text."""
+
         def output_of(step_id: str) -> Any:
-            dep = self._steps[step_id]
+            dep = self._steps.get(step_id)
+            if dep is None:
+                raise plans.ReferenceError_(f"no step '{step_id}'")
             if dep.status != "completed":
                 raise plans.ReferenceError_(f"step '{step_id}' has no output (it is {dep.status})")
             return dep.output
@@ -277,13 +284,22 @@ class RunWorkflow:
         if step.tool is not None:
             return dict(plans.resolve(step.args, output_of))
         if step.model is not None:
-            return dict(plans.resolve(step.model.model_dump(), output_of))
+            system = step.model.system
+            return {
+                **step.model.model_dump(),
+                "prompt": plans.resolve_text(step.model.prompt, output_of),
+                "system": plans.resolve_text(system, output_of) if system else None,
+            }
         if step.approval is not None:
-            return {"message": plans.resolve(step.approval.message, output_of)}
+            return {"message": plans.resolve_text(step.approval.message, output_of)}
         return {}
 
     async def request_approval(
-        self, step_id: str, summary: str, kind: ApprovalKind = "approval"
+        self,
+        step_id: str,
+        summary: str,
+        kind: ApprovalKind = "approval",
+        arguments: Any = None,
     ) -> ApprovalRecord:
         """Ask a person and wait, however long, for the decision."""
         approval_id = f"{'help' if kind == 'needs_help' else 'apr'}-{step_id}"
@@ -295,6 +311,7 @@ class RunWorkflow:
             summary=summary,
             requested_at=workflow.now(),
             kind=kind,
+            arguments=arguments,
         )
         self._approvals[approval_id] = record
         self._undecided[approval_id] = record
@@ -331,11 +348,17 @@ class RunWorkflow:
             idempotency_key=f"{self._inp.run_id}:{step_id}",
             args=args,
         )
+        limit = timedelta(seconds=timeout_s) if timeout_s else TOOL_TIMEOUT
+        own = args.get("timeout_s")
+        if isinstance(own, int | float):
+            # Let the tool's own timeout (non-retryable) fire before Temporal's (retried), so
+            # a slow command is stopped once instead of being started again.
+            limit = max(limit, timedelta(seconds=own) + TOOL_TIMEOUT_MARGIN)
         result: ToolResult = await workflow.execute_activity(
             f"tool.{tool}",
             call,
             result_type=ToolResult,
-            start_to_close_timeout=timedelta(seconds=timeout_s) if timeout_s else TOOL_TIMEOUT,
+            start_to_close_timeout=limit,
             heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
             retry_policy=retry_policy(retry),
             summary=f"step {step_id}: tool {tool}",
@@ -409,6 +432,7 @@ class RunWorkflow:
     def _finish(self, status: RunStatusName, error: str | None) -> None:
         self._status = status
         self._error = error
+        self._undecided.clear()  # an ended run waits for nobody
         for state in self._steps.values():
             if state.status in ("pending", "waiting_approval", "running"):
                 state.status = "cancelled"

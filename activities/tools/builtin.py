@@ -9,31 +9,28 @@ import json
 import os
 import signal
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from activities.errors import fatal, transient
+from activities.errors import fatal, retry_after_seconds, transient
 from activities.tools.registry import ToolContext, tool
 from activities.tools.workspace import check_relative, confine
 from longrun.contracts import SideEffect
 
 OUTPUT_CAP_BYTES = 64 * 1024
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Response headers that carry credentials; they would otherwise land in workflow history.
+SECRET_HEADERS = frozenset(
+    {"set-cookie", "authorization", "proxy-authenticate", "www-authenticate"}
+)
 
 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-def _retry_after(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
 
 
 # --- echo ----------------------------------------------------------------------------------
@@ -78,10 +75,13 @@ async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any
     """Send one HTTP request to an allowed host; the response body is capped."""
     url = httpx.URL(args.url)
     host = (url.host or "").lower()
-    if host not in ctx.settings.http_allow_hosts:
-        allowed = ", ".join(ctx.settings.http_allow_hosts)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    # An entry is a host (any port) or host:port ([v6]:port for IPv6 addresses).
+    pair = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    allowed = ctx.settings.http_allow_hosts
+    if host not in allowed and pair not in allowed:
         raise fatal(
-            f"host '{host}' is not allowed; allowed hosts: {allowed} (LONGRUN_HTTP_ALLOW_HOSTS)"
+            f"'{pair}' is not allowed; allowed: {', '.join(allowed)} (LONGRUN_HTTP_ALLOW_HOSTS)"
         )
     headers = {"Idempotency-Key": ctx.idempotency_key, **args.headers}
     content: bytes | None = None
@@ -107,13 +107,13 @@ async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any
     if status in (408, 429) or status >= 500:
         raise transient(
             f"{args.method} {args.url} answered {status}: {text[:500]}",
-            retry_after_s=_retry_after(response.headers.get("retry-after")),
+            retry_after_s=retry_after_seconds(response.headers.get("retry-after")),
         )
     if status >= 400 and args.raise_for_status:
         raise fatal(f"{args.method} {args.url} answered {status}: {text[:500]}", type="HttpError")
     result: dict[str, Any] = {
         "status": status,
-        "headers": dict(response.headers),
+        "headers": {k: v for k, v in response.headers.items() if k.lower() not in SECRET_HEADERS},
         "body": text,
         "truncated": truncated,
     }
@@ -231,6 +231,11 @@ class _PathArgs(_Args):
         return check_relative(path)
 
 
+def _read_head(path: Path, limit: int) -> tuple[bytes, int]:
+    with path.open("rb") as f:
+        return f.read(limit), os.fstat(f.fileno()).st_size
+
+
 class ReadFileArgs(_PathArgs):
     max_bytes: int = Field(OUTPUT_CAP_BYTES, gt=0, le=1024 * 1024)
 
@@ -241,9 +246,7 @@ async def read_file(args: ReadFileArgs, ctx: ToolContext) -> dict[str, Any]:
     target = confine(ctx.workspace, args.path)
     if not target.is_file():
         raise fatal(f"no file '{args.path}' in the run's workspace", type="NotFound")
-    with target.open("rb") as f:
-        data = f.read(args.max_bytes + 1)
-    size = target.stat().st_size
+    data, size = await asyncio.to_thread(_read_head, target, args.max_bytes)
     return {
         "path": args.path,
         "content": data[: args.max_bytes].decode(errors="replace"),
@@ -256,6 +259,19 @@ class WriteFileArgs(_PathArgs):
     content: str = Field(max_length=10 * 1024 * 1024)
 
 
+def _write_atomically(target: Path, data: bytes) -> None:
+    # Write a fresh temporary file (created exclusively, so no planted symlink is
+    # followed), then rename it over the target: a retry never sees a half-written file.
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(name, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+
+
 @tool("write_file", args=WriteFileArgs, side_effect=SideEffect.REVERSIBLE)
 async def write_file(args: WriteFileArgs, ctx: ToolContext) -> dict[str, Any]:
     """Write a text file in the run's workspace, atomically, replacing any earlier content."""
@@ -264,11 +280,5 @@ async def write_file(args: WriteFileArgs, ctx: ToolContext) -> dict[str, Any]:
         raise fatal(f"'{args.path}' is a directory in the run's workspace")
     target.parent.mkdir(parents=True, exist_ok=True)
     data = args.content.encode()
-    # Write then rename, so a retry after a crash never sees a half-written file.
-    tmp = target.with_name(f".{target.name}.{ctx.step_id}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    await asyncio.to_thread(_write_atomically, target, data)
     return {"path": args.path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}

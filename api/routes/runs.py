@@ -28,19 +28,21 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
-from api.deps import SettingsDep, TemporalClient
+from api.deps import Gateway, SettingsDep, TemporalClient
 from api.schemas import Accepted, DecisionRequest, Links, RunCreated, RunDetail, RunList, RunSummary
 from longrun.contracts import (
     FINAL_RUN_STATUSES,
     LABEL_KEY_PATTERN,
     LABEL_VALUE_PATTERN,
+    AgentSpec,
     ApprovalDecision,
+    RoleModels,
     RunConfig,
     RunInput,
     RunRequest,
     RunStatusName,
 )
-from longrun.plans import normalize_plan, validate_plan
+from longrun.plans import acceptance_of, normalize_plan, validate_agent, validate_plan
 from longrun.settings import Settings
 from workflows import LABELS_ATTRIBUTE, STATUS_ATTRIBUTE, RunWorkflow
 
@@ -84,10 +86,6 @@ def _run_status(status: WorkflowExecutionStatus | None, live: str | None) -> Run
     return "waiting_approval" if live == "waiting_approval" else "running"
 
 
-def _unavailable(exc: RPCError) -> HTTPException:
-    return HTTPException(503, f"Temporal did not answer: {exc.message}")
-
-
 async def _describe(
     client: Client, run_id: str
 ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription]:
@@ -99,7 +97,7 @@ async def _describe(
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise HTTPException(404, f"no run '{run_id}'") from None
-        raise _unavailable(exc) from exc
+        raise
     if desc.workflow_type != WORKFLOW_TYPE:
         raise HTTPException(404, f"no run '{run_id}'")
     return handle, desc
@@ -133,23 +131,55 @@ def _fingerprint(body: RunRequest) -> str:
     return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
 
 
-@router.post("", status_code=202)
-async def create_run(
-    body: RunRequest,
-    client: TemporalClient,
-    settings: SettingsDep,
-    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
-) -> RunCreated:
-    """Start a run of an explicit plan; a repeated `Idempotency-Key` returns the same run."""
-    if body.plan is None:
-        raise _fail_validation(
-            ("body", "plan"), "a plan is required: runs from a goal alone are not available yet"
-        )
-    errors = validate_plan(body.plan, REGISTRY)
+def _run_input(body: RunRequest, settings: Settings) -> RunInput:
+    """The workflow input for a request, or 422 with every problem found."""
+    if body.plan is not None:
+        errors = validate_plan(body.plan, REGISTRY) + validate_agent(body, REGISTRY)
+    else:
+        errors = validate_agent(body, REGISTRY)
     if errors:
         raise RequestValidationError(
             [{"type": "value_error", "loc": e.loc, "msg": e.msg, "input": None} for e in errors]
         )
+    model = body.model or settings.model
+    config = RunConfig(default_model=model, prices=settings.prices)
+    if body.plan is not None:
+        plan = normalize_plan(body.plan, REGISTRY)
+        return RunInput(run_id="", goal=body.goal, plan=plan, labels=body.labels, config=config)
+    roles = body.models or RoleModels()
+    agent = AgentSpec(
+        acceptance=acceptance_of(body),
+        tools=list(dict.fromkeys(body.tools if body.tools is not None else REGISTRY)),
+        planner_model=roles.planner or model,
+        actor_model=roles.actor or model,
+        judge_model=roles.judge or model,
+        max_steps=body.max_steps or settings.max_steps,
+    )
+    return RunInput(run_id="", goal=body.goal, agent=agent, labels=body.labels, config=config)
+
+
+def _details(inp: RunInput) -> str:
+    """Static details for the Web UI: what the run was asked to do."""
+    if inp.plan is not None:
+        ids = [s.id for s in inp.plan.steps]
+        more = f" and {len(ids) - 20} more" if len(ids) > 20 else ""
+        return f"{len(ids)} steps: {', '.join(ids[:20])}{more}"
+    assert inp.agent is not None
+    criteria = ", ".join(c.id for c in inp.agent.acceptance)
+    return f"goal-only run; acceptance: {criteria}; tools: {', '.join(inp.agent.tools)}"
+
+
+@router.post("", status_code=202)
+async def create_run(
+    body: RunRequest,
+    gateway: Gateway,
+    settings: SettingsDep,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
+) -> RunCreated:
+    """Start a run of an explicit plan, or of a goal the agent plans itself; a repeated
+    `Idempotency-Key` returns the same run."""
+    inp = _run_input(body, settings)  # a bad request is 422 even while Temporal is down
+    client = await gateway.client()
     fingerprint = _fingerprint(body)
     if idempotency_key is None:
         run_id = f"run-{uuid.uuid4().hex}"
@@ -159,13 +189,7 @@ async def create_run(
     try:
         await client.start_workflow(
             RunWorkflow.run,
-            RunInput(
-                run_id=run_id,
-                goal=body.goal,
-                plan=normalize_plan(body.plan, REGISTRY),
-                labels=body.labels,
-                config=RunConfig(default_model=settings.model),
-            ),
+            inp.model_copy(update={"run_id": run_id}),
             id=run_id,
             task_queue=settings.task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -178,8 +202,7 @@ async def create_run(
             ),
             memo={"goal": body.goal, "labels": body.labels, "request_sha256": fingerprint},
             static_summary=body.goal,
-            static_details=f"{len(body.plan.steps)} steps: "
-            + ", ".join(s.id for s in body.plan.steps[:20]),
+            static_details=_details(inp),
         )
         status: RunStatusName = "running"
     except WorkflowAlreadyStartedError:
@@ -189,8 +212,6 @@ async def create_run(
                 409, "this Idempotency-Key was already used for a different request"
             ) from None
         status = _status_of(desc)
-    except RPCError as exc:
-        raise _unavailable(exc) from exc
     return RunCreated(run_id=run_id, status=status, links=_links(settings, run_id))
 
 
@@ -211,7 +232,7 @@ async def list_runs(
         clauses.append(f"({STATUS_FILTERS[status]})")
     for i, item in enumerate(label or []):
         key, _, value = item.partition(":")
-        if not re.match(LABEL_KEY_PATTERN, key) or not re.match(LABEL_VALUE_PATTERN, value):
+        if not re.fullmatch(LABEL_KEY_PATTERN, key) or not re.fullmatch(LABEL_VALUE_PATTERN, value):
             raise _fail_validation(
                 ("query", "label", i), "a label filter is key:value, e.g. team:ops", item
             )
@@ -234,7 +255,7 @@ async def list_runs(
     except RPCError as exc:
         if exc.status == RPCStatusCode.INVALID_ARGUMENT:
             raise _fail_validation(("query", "page_token"), "not a valid page token") from None
-        raise _unavailable(exc) from exc
+        raise
     runs = []
     for wf in listing.current_page or []:
         runs.append(
@@ -285,13 +306,10 @@ async def decide_approval(
         raise HTTPException(409, f"approval '{approval_id}' was already decided: {record.decision}")
     if _status_of(desc) in FINAL_RUN_STATUSES:
         raise HTTPException(409, f"run '{run_id}' has already ended")
-    try:
-        await handle.signal(
-            RunWorkflow.decide,
-            ApprovalDecision(approval_id=approval_id, decision=body.decision, comment=body.comment),
-        )
-    except RPCError as exc:
-        raise _unavailable(exc) from exc
+    await handle.signal(
+        RunWorkflow.decide,
+        ApprovalDecision(approval_id=approval_id, decision=body.decision, comment=body.comment),
+    )
     return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' delivered")
 
 
@@ -301,8 +319,5 @@ async def cancel_run(run_id: str, client: TemporalClient) -> Accepted:
     handle, desc = await _describe(client, run_id)
     if (status := _status_of(desc)) in FINAL_RUN_STATUSES:
         raise HTTPException(409, f"run '{run_id}' has already ended ({status})")
-    try:
-        await handle.cancel()
-    except RPCError as exc:
-        raise _unavailable(exc) from exc
+    await handle.cancel()
     return Accepted(run_id=run_id, detail="cancellation requested")
