@@ -159,13 +159,13 @@ class ModelActivities:
                 content=message.content, tool_calls=calls, usage=usage, attempt=attempt
             )
 
-    async def judge(self, model: str, statement: str, evidence: str) -> Verdict:
+    async def judge(self, model: str, goal: str, statement: str, evidence: str) -> Verdict:
         """Ask the judge whether `statement` holds, given `evidence`; it must cite a reason."""
         message, usage = await self.chat(
             model,
             [
                 {"role": "system", "content": prompts.JUDGE},
-                {"role": "user", "content": prompts.judge_request(statement, evidence)},
+                {"role": "user", "content": prompts.judge_request(goal, statement, evidence)},
             ],
             response_format=_json_format("verdict", VERDICT_SCHEMA),
         )

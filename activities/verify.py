@@ -141,6 +141,7 @@ class VerifyActivities:
                 evidence = f"{req.observations}\n\nFiles in the workspace:\n{snapshot(workspace)}"
                 return await self._model.judge(
                     req.judge_model,
+                    req.goal,
                     req.statement or f"The goal is met: {req.goal}",
                     evidence.strip(),
                 )

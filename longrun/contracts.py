@@ -133,18 +133,21 @@ class Expect(_Strict):
 
     @model_validator(mode="after")
     def _something(self) -> Expect:
-        if not self.model_fields_set:
+        # Judged by values, not by which fields were sent, so the model survives a round
+        # trip through workflow history.
+        tests = (self.exit_code, self.contains, self.regex, self.json_path, self.file_exists)
+        if all(t is None for t in tests):
             raise ValueError(
                 "expect needs at least one of exit_code, contains, regex, "
-                "json_path (+ equals), file_exists"
+                "json_path (with equals), file_exists"
             )
+        if self.equals is not None and self.json_path is None:
+            raise ValueError("equals needs a json_path to compare")
         if self.regex is not None:
             try:
                 re.compile(self.regex)
             except re.error as exc:
                 raise ValueError(f"regex does not compile: {exc}") from None
-        if ("equals" in self.model_fields_set) != (self.json_path is not None):
-            raise ValueError("json_path and equals go together")
         return self
 
 

@@ -66,6 +66,6 @@ def plan_request(req: PlanRequest) -> str:
     return "\n\n".join(parts)
 
 
-def judge_request(statement: str, evidence: str) -> str:
+def judge_request(goal: str, statement: str, evidence: str) -> str:
     """The judge's user message."""
-    return f"Statement: {statement}\n\nEvidence:\n{evidence or '(no evidence)'}"
+    return f"Goal: {goal}\n\nStatement: {statement}\n\nEvidence:\n{evidence or '(no evidence)'}"

@@ -13,22 +13,36 @@ import hashlib
 import json
 import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 
 STANDIN_MODEL = "standin-1"
 
 
+Role = Literal["plan", "act", "judge", "complete"]
+
+
+class ScriptedToolCall(BaseModel):
+    """A tool call the stand-in makes on the model's behalf."""
+
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+
 class Rule(BaseModel):
-    """A scripted answer for calls whose messages contain `match` (every call if unset)."""
+    """A scripted answer for calls whose messages contain `match` (every call if unset),
+    optionally only for one role: `plan`, `act` (offered tools), `judge` or `complete`."""
 
     match: str | None = None
+    role: Role | None = None
     times: int | None = Field(None, ge=1, description="apply this many times; unset = always")
     reply: str | None = None
+    tool_calls: list[ScriptedToolCall] | None = None
     json_reply: Any = Field(None, alias="json")
     status: int | None = Field(None, ge=400, le=599)
     retry_after: float | None = Field(None, ge=0)
@@ -41,7 +55,9 @@ class Call(BaseModel):
     """One request the stand-in received and what it answered."""
 
     model: str
+    role: Role
     messages: list[dict[str, Any]]
+    tools: list[str] = Field(default_factory=list, description="names of the tools offered")
     outcome: str
     at: float = Field(description="arrival, seconds since the epoch")
 
@@ -63,6 +79,20 @@ def example_of(schema: dict[str, Any]) -> Any:
     return {"string": "stand-in", "integer": 0, "number": 0, "boolean": False}.get(kind)
 
 
+def role_of(body: dict[str, Any]) -> Role:
+    """Which of longrun's roles a request comes from, told by its shape."""
+    if body.get("tools"):
+        return "act"
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict):
+        name = (response_format.get("json_schema") or {}).get("name")
+        if name == "plan":
+            return "plan"
+        if name == "verdict":
+            return "judge"
+    return "complete"
+
+
 def _text_of(messages: list[dict[str, Any]]) -> str:
     return "\n".join(str(m.get("content") or "") for m in messages)
 
@@ -75,9 +105,11 @@ class StandIn:
         self.calls: list[Call] = []
         self._lock = threading.Lock()
 
-    def _take_rule(self, text: str) -> Rule | None:
+    def _take_rule(self, text: str, role: Role) -> Rule | None:
         with self._lock:
             for rule in self.rules:
+                if rule.role not in (None, role):
+                    continue
                 if rule.match is None or rule.match in text:
                     if rule.times is not None:
                         rule.times -= 1
@@ -86,9 +118,18 @@ class StandIn:
                     return rule
         return None
 
-    def _record(self, model: str, messages: list[dict[str, Any]], outcome: str) -> None:
+    def _record(self, body: dict[str, Any], role: Role, outcome: str) -> None:
+        tools = [t.get("function", {}).get("name", "?") for t in body.get("tools") or []]
+        call = Call(
+            model=body["model"],
+            role=role,
+            messages=body["messages"],
+            tools=tools,
+            outcome=outcome,
+            at=time.time(),
+        )
         with self._lock:
-            self.calls.append(Call(model=model, messages=messages, outcome=outcome, at=time.time()))
+            self.calls.append(call)
 
     async def complete(self, body: dict[str, Any]) -> Response:
         messages = body.get("messages")
@@ -99,7 +140,8 @@ class StandIn:
                 status_code=400,
             )
         text = _text_of(messages)
-        rule = self._take_rule(text) or Rule()
+        role = role_of(body)
+        rule = self._take_rule(text, role) or Rule()
         # Recorded on arrival: a caller that times out on a slow answer still made the call.
         if rule.malformed:
             outcome = "malformed"
@@ -107,7 +149,7 @@ class StandIn:
             outcome = str(rule.status)
         else:
             outcome = "ok"
-        self._record(model, messages, outcome)
+        self._record(body, role, outcome)
         if rule.delay_s:
             await asyncio.sleep(rule.delay_s)
         if rule.malformed:
@@ -121,12 +163,28 @@ class StandIn:
                 status_code=rule.status,
                 headers=headers,
             )
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        if rule.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{len(self.calls)}_{i}",
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        "arguments": call.arguments
+                        if isinstance(call.arguments, str)
+                        else json.dumps(call.arguments),
+                    },
+                }
+                for i, call in enumerate(rule.tool_calls)
+            ]
         if rule.reply is not None:
-            content = rule.reply
+            message["content"] = rule.reply
         elif rule.json_reply is not None:
-            content = json.dumps(rule.json_reply)
-        else:
-            content = self._default_reply(text, body.get("response_format"))
+            message["content"] = json.dumps(rule.json_reply)
+        elif not rule.tool_calls:
+            message["content"] = self._default_reply(text, role, body.get("response_format"))
+        content = message["content"] or ""
         digest = hashlib.sha256(text.encode()).hexdigest()[:24]
         prompt_tokens = max(1, len(text) // 4)
         completion_tokens = max(1, len(content) // 4)
@@ -139,8 +197,8 @@ class StandIn:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
+                        "message": message,
+                        "finish_reason": "tool_calls" if rule.tool_calls else "stop",
                     }
                 ],
                 "usage": {
@@ -152,7 +210,11 @@ class StandIn:
         )
 
     @staticmethod
-    def _default_reply(text: str, response_format: Any) -> str:
+    def _default_reply(text: str, role: Role, response_format: Any) -> str:
+        if role == "judge":
+            return json.dumps(
+                {"passed": True, "reason": "[stand-in judge] accepted unchecked: no real model"}
+            )
         if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
             schema = response_format.get("json_schema", {}).get("schema", {})
             return json.dumps(example_of(schema))
@@ -160,10 +222,17 @@ class StandIn:
         return f"[stand-in model] {first_line[:300]}"
 
 
-def create_app() -> FastAPI:
-    """The stand-in as an ASGI app."""
+def load_scenario(path: Path) -> list[Rule]:
+    """The rules of a scenario file: a JSON list of rules."""
+    return TypeAdapter(list[Rule]).validate_json(path.read_bytes())
+
+
+def create_app(scenarios: list[Path] | None = None) -> FastAPI:
+    """The stand-in as an ASGI app, with the rules of `scenarios` loaded."""
     app = FastAPI(title="longrun model stand-in", docs_url=None, redoc_url=None)
     state = StandIn()
+    for path in scenarios or []:
+        state.rules.extend(load_scenario(path))
     app.state.standin = state
 
     @app.post("/v1/chat/completions")
@@ -183,9 +252,9 @@ def create_app() -> FastAPI:
         return {"object": "list", "data": [{"id": STANDIN_MODEL, "object": "model"}]}
 
     @app.post("/_standin/rules", status_code=201)
-    async def add_rule(rule: Rule) -> dict[str, int]:
-        """Append a scripted rule; rules are tried in order."""
-        state.rules.append(rule)
+    async def add_rules(rules: Rule | list[Rule]) -> dict[str, int]:
+        """Append scripted rules (one, or a scenario's list); rules are tried in order."""
+        state.rules.extend(rules if isinstance(rules, list) else [rules])
         return {"rules": len(state.rules)}
 
     @app.delete("/_standin/rules", status_code=204)
@@ -195,9 +264,13 @@ def create_app() -> FastAPI:
         state.calls.clear()
 
     @app.get("/_standin/calls")
-    async def calls(match: str | None = None) -> list[Call]:
-        """Calls received so far, optionally only those whose messages contain `match`."""
-        return [c for c in state.calls if match is None or match in _text_of(c.messages)]
+    async def calls(match: str | None = None, role: Role | None = None) -> list[Call]:
+        """Calls received so far, optionally only those of a role or containing `match`."""
+        return [
+            c
+            for c in state.calls
+            if (match is None or match in _text_of(c.messages)) and role in (None, c.role)
+        ]
 
     return app
 
@@ -207,8 +280,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="longrun standin", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument("--scenario", type=Path, action="append", help="a JSON file of rules")
     args = parser.parse_args(argv)
-    uvicorn.run(create_app(), host=args.host, port=args.port, log_level="warning")
+    app = create_app(args.scenario)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -47,9 +47,13 @@ class StandIn:
         """Append a scripted rule (see longrun.standin.Rule)."""
         httpx.post(f"{self.url}/_standin/rules", json=rule).raise_for_status()
 
-    def calls(self, match: str | None = None) -> list[dict[str, Any]]:
-        """Calls received whose messages contain `match`."""
-        params = {"match": match} if match else {}
+    def scenario(self, rules: list[dict[str, Any]]) -> None:
+        """Append a scenario: rules tried in order (see longrun.standin.Rule)."""
+        httpx.post(f"{self.url}/_standin/rules", json=rules).raise_for_status()
+
+    def calls(self, match: str | None = None, role: str | None = None) -> list[dict[str, Any]]:
+        """Calls received whose messages contain `match`, of one role if given."""
+        params = {k: v for k, v in (("match", match), ("role", role)) if v}
         response = httpx.get(f"{self.url}/_standin/calls", params=params)
         response.raise_for_status()
         calls: list[dict[str, Any]] = response.json()

@@ -177,3 +177,56 @@ async def test_temporal_restart_mid_run_completes(
     assert run["status"] == "completed", run
     assert [s["status"] for s in run["steps"]] == ["completed"] * 3
     assert len(standin.calls("after the restart")) == 1
+
+
+async def test_worker_killed_after_a_model_call_does_not_repeat_it(
+    api: httpx.AsyncClient,
+    settings: Settings,
+    standin: StandIn,
+    wait_run: Poll,
+    tmp_path: Path,
+) -> None:
+    marker = "agent-crash"
+    standin.scenario(
+        [
+            {
+                "match": marker,
+                "role": "plan",
+                "json": {"steps": [{"id": "go", "intent": "count", "expected_evidence": "n.txt"}]},
+            },
+            {
+                "match": marker,
+                "role": "act",
+                "times": 1,
+                "tool_calls": [{"name": "python", "arguments": {"code": "open('n.txt','w')"}}],
+            },
+            {"match": marker, "role": "act", "times": 1, "reply": "n.txt is there"},
+        ]
+    )
+    first = start_worker(settings, tmp_path)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        response = await api.post(
+            "/v1/runs", json={"goal": f"{marker}: make n.txt", "tools": ["python"]}
+        )
+        run_id = response.json()["run_id"]
+        # The model asked for an irreversible call: the run waits for a person.
+        run = await wait_run(run_id, lambda r: bool(r["pending_approvals"]))
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        second = start_worker(settings, tmp_path)
+        approval_id = run["pending_approvals"][0]["approval_id"]
+        decision = await api.post(
+            f"/v1/runs/{run_id}/approvals/{approval_id}", json={"decision": "approve"}
+        )
+        assert decision.status_code == 202
+        run = await wait_run(run_id, timeout_s=120)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert run["status"] == "completed", run
+    assert len(standin.calls(marker, role="plan")) == 1
+    assert len(standin.calls(marker, role="act")) == 2
+    assert (settings.workspaces_dir / run_id / "workspace" / "n.txt").exists()

@@ -50,7 +50,9 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
 RUN_ID = re.compile(r"^run-[0-9a-f]{32}$")
 IDEMPOTENCY_NAMESPACE = uuid.UUID("6c0f8a3e-4a51-4d0c-9a8e-2f1b7f3d5e11")
-QUERY_TIMEOUT = timedelta(seconds=10)
+# Longer than a worker's sticky-queue timeout (10 s), so the first query after a worker dies
+# is answered by another worker instead of timing out.
+QUERY_TIMEOUT = timedelta(seconds=20)
 WORKFLOW_TYPE = "longrun.Run"
 
 # Visibility filters for each run status. Final states come from Temporal's own status, so a

@@ -1,0 +1,247 @@
+"""Goal-only runs: the agent plans, acts through tools, verifies, replans and proves the
+goal met, driven by scripted stand-in scenarios over real HTTP and a real Temporal server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from temporalio.worker import Worker
+
+from tests.helpers import Poll, StandIn
+
+PRIMES = "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, n))\n"
+
+
+def plan(*steps: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "steps": [{"id": i, "intent": t, "expected_evidence": f"{t} is done"} for i, t in steps]
+    }
+
+
+def act(
+    marker: str, *calls: tuple[str, dict[str, Any]], reply: str | None = None
+) -> dict[str, Any]:
+    rule: dict[str, Any] = {"match": marker, "role": "act", "times": 1}
+    if calls:
+        rule["tool_calls"] = [{"name": n, "arguments": a} for n, a in calls]
+    if reply is not None:
+        rule["reply"] = reply
+    return rule
+
+
+async def start(api: httpx.AsyncClient, **body: Any) -> str:
+    response = await api.post("/v1/runs", json=body)
+    assert response.status_code == 202, response.text
+    run_id: str = response.json()["run_id"]
+    return run_id
+
+
+PRIMES_ACCEPTANCE = [
+    {
+        "id": "module",
+        "check": {
+            "tool": "read_file",
+            "args": {"path": "primes.py"},
+            "expect": {"contains": "def is_prime"},
+        },
+    },
+    {"id": "docstring", "check": {"judge": "primes.py explains itself"}},
+]
+
+
+async def test_goal_with_several_tool_calls_completes(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    goal = "agent-happy: write primes.py with is_prime"
+    standin.scenario(
+        [
+            {
+                "match": "agent-happy",
+                "role": "plan",
+                "json": plan(("write", "write primes.py"), ("look", "read it back")),
+            },
+            act("agent-happy", ("write_file", {"path": "primes.py", "content": PRIMES})),
+            act("agent-happy", reply="wrote primes.py"),
+            act("agent-happy", ("read_file", {"path": "primes.py"})),
+            act("agent-happy", reply="primes.py reads back fine"),
+        ]
+    )
+    run_id = await start(
+        api, goal=goal, acceptance=PRIMES_ACCEPTANCE, tools=["read_file", "write_file"]
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    assert [p["status"] for p in run["plan"]] == ["completed", "completed"]
+    assert [(c["id"], c["status"]) for c in run["acceptance"]] == [
+        ("module", "passed"),
+        ("docstring", "passed"),
+    ]
+    assert [s["status"] for s in run["steps"]] == ["completed", "completed"]
+    assert run["steps"][1]["output"]["content"] == PRIMES
+    assert run["premature_completions"] == 0
+    assert run["phase"] == "completing"
+    assert len(standin.calls("agent-happy", role="act")) == 4
+    # Every call is counted, planner, actor and judge alike.
+    assert run["usage"]["model_calls"] == len(standin.calls("agent-happy"))
+
+
+async def test_premature_done_is_caught_fed_back_and_counted(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.scenario(
+        [
+            {"match": "agent-eager", "role": "plan", "json": plan(("write", "write primes.py"))},
+            act("agent-eager", ("finish", {"summary": "all done already"})),
+            act("agent-eager", ("write_file", {"path": "primes.py", "content": PRIMES})),
+            act("agent-eager", ("finish", {"summary": "now it is written"})),
+        ]
+    )
+    run_id = await start(
+        api,
+        goal="agent-eager: write primes.py",
+        acceptance=PRIMES_ACCEPTANCE[:1],
+        tools=["write_file"],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    assert run["premature_completions"] == 1
+    acts = standin.calls("agent-eager", role="act")
+    assert len(acts) == 3
+    # The failed claim went back to the model with the evidence.
+    fed_back = acts[1]["messages"][-1]
+    assert fed_back["role"] == "tool"
+    assert "Not finished" in fed_back["content"] and "primes.py" in fed_back["content"]
+    assert run["acceptance"][0]["status"] == "passed"
+    assert run["result"]["summary"] == "now it is written"
+
+
+async def test_failing_verification_replans_then_asks_a_person(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    marker = "agent-stuck"
+    # Every step verification fails until a person has given guidance.
+    rules: list[dict[str, Any]] = [
+        {"match": marker, "role": "plan", "json": plan(("try", "make it work"))},
+        {
+            "match": "This step is done",
+            "role": "judge",
+            "times": 6,
+            "json": {"passed": False, "reason": "output.txt is missing"},
+        },
+    ]
+    standin.scenario(rules)
+    run_id = await start(
+        api,
+        goal=f"{marker}: produce output.txt",
+        acceptance=[
+            {
+                "id": "out",
+                "check": {
+                    "tool": "read_file",
+                    "args": {"path": "output.txt"},
+                    "expect": {"contains": "ok"},
+                },
+            }
+        ],
+        tools=["write_file"],
+    )
+    run = await wait_run(run_id, lambda r: r["status"] != "running")
+    assert run["status"] == "waiting_approval", run
+    [help_request] = run["pending_approvals"]
+    assert help_request["kind"] == "needs_help"
+    assert "output.txt is missing" in help_request["summary"]
+    assert run["replans"] == 2
+    assert len(standin.calls(marker, role="plan")) == 3  # the plan and two replans
+    assert [p["status"] for p in run["plan"]] == ["failed", "failed", "waiting_approval"]
+
+    standin.scenario(
+        [act("Guidance from", ("write_file", {"path": "output.txt", "content": "ok"}))]
+    )
+    response = await api.post(
+        f"/v1/runs/{run_id}/approvals/{help_request['approval_id']}",
+        json={"decision": "approve", "comment": "write ok into output.txt"},
+    )
+    assert response.status_code == 202
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    guided = standin.calls("Guidance from", role="act")
+    assert "write ok into output.txt" in guided[0]["messages"][1]["content"]
+
+
+async def test_malformed_plan_json_is_reasked_and_recovered(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.scenario(
+        [
+            {"match": "agent-garbled", "role": "plan", "times": 1, "reply": "here is a plan: {"},
+            {"match": "agent-garbled", "role": "plan", "times": 1, "json": {"steps": []}},
+            {"match": "agent-garbled", "role": "plan", "json": plan(("only", "say hi"))},
+            act("agent-garbled", reply="hi"),
+        ]
+    )
+    run_id = await start(api, goal="agent-garbled: say hi", tools=[])
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    plans = standin.calls("agent-garbled", role="plan")
+    assert len(plans) == 3
+    second = plans[1]["messages"][-1]["content"]
+    assert "previous answer was not a valid plan" in second and "here is a plan" in second
+    # With no criteria given, a judge had to confirm the goal itself.
+    assert [c["id"] for c in run["acceptance"]] == ["goal"]
+
+
+async def test_a_planner_that_never_answers_valid_json_fails_the_run(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.rule(match="agent-hopeless", role="plan", reply="I would rather not")
+    run_id = await start(api, goal="agent-hopeless: anything", tools=[])
+    run = await wait_run(run_id)
+    assert run["status"] == "failed"
+    assert "no valid plan in 3 attempts" in run["error"]
+    assert "I would rather not" in run["error"]
+    assert len(standin.calls("agent-hopeless", role="plan")) == 3
+
+
+async def test_a_tool_outside_the_allowlist_is_refused_and_the_model_told(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll, settings: Any
+) -> None:
+    standin.scenario(
+        [
+            {"match": "agent-sneaky", "role": "plan", "json": plan(("look", "look around"))},
+            act("agent-sneaky", ("shell", {"argv": ["touch", "pwned"]})),
+            act("agent-sneaky", reply="fine, I looked without the shell"),
+        ]
+    )
+    run_id = await start(api, goal="agent-sneaky: look around", tools=["read_file"])
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    [refused] = run["steps"]
+    assert refused["status"] == "skipped" and "not in this run's tools" in refused["error"]
+    told = standin.calls("agent-sneaky", role="act")[1]["messages"][-1]
+    assert told["role"] == "tool" and "not allowed in this run" in told["content"]
+    assert not (settings.workspaces_dir / run_id / "workspace" / "pwned").exists()
+    assert standin.calls("agent-sneaky", role="act")[0]["tools"] == ["read_file", "finish"]
+
+
+async def test_usage_is_priced_from_the_settings_table(
+    settings: Any, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    from api.app import create_app
+    from longrun.contracts import Price
+
+    priced = settings.model_copy(update={"prices": {"test-model": Price(input=2.0, output=8.0)}})
+    transport = httpx.ASGITransport(app=create_app(priced))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+        standin.scenario(
+            [
+                {"match": "agent-priced", "role": "plan", "json": plan(("one", "say hi"))},
+                act("agent-priced", reply="hi"),
+            ]
+        )
+        run_id = await start(api, goal="agent-priced: say hi", tools=[])
+        run = await wait_run(run_id, http=api)
+    usage = run["usage"]
+    assert run["status"] == "completed"
+    expected = (usage["input_tokens"] * 2.0 + usage["output_tokens"] * 8.0) / 1_000_000
+    assert usage["cost_usd"] == round(expected, 6) > 0
