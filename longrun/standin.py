@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import random
 import threading
 import time
 from pathlib import Path
@@ -41,6 +42,9 @@ class Rule(BaseModel):
     match: str | None = None
     role: Role | None = None
     times: int | None = Field(None, ge=1, description="apply this many times; unset = always")
+    probability: float | None = Field(
+        None, gt=0, le=1, description="apply to a matching call only with this chance"
+    )
     reply: str | None = None
     tool_calls: list[ScriptedToolCall] | None = None
     json_reply: Any = Field(None, alias="json")
@@ -100,8 +104,9 @@ def _text_of(messages: list[dict[str, Any]]) -> str:
 class StandIn:
     """State of one stand-in server: its rules and the calls it has answered."""
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int = 0) -> None:
         self.rules: list[Rule] = []
+        self._random = random.Random(seed)  # seeded: fault injection repeats run to run
         self.calls: list[Call] = []
         self._lock = threading.Lock()
 
@@ -110,7 +115,9 @@ class StandIn:
             for rule in self.rules:
                 if rule.role not in (None, role):
                     continue
-                if rule.match is None or rule.match in text:
+                if rule.match is not None and rule.match not in text:
+                    continue
+                if rule.probability is None or self._random.random() < rule.probability:
                     if rule.times is not None:
                         rule.times -= 1
                         if rule.times == 0:
