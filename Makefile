@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run test lint typecheck unit bench demo clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,8 +27,12 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest
 
-bench: $(STAMP)  ## speed against bare Temporal, printed, never asserted
+bench: $(STAMP)  ## speed and fault tolerance against bare Temporal, printed, never asserted
 	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/agent_faults.py
+
+demo: $(STAMP)  ## a goal-only run against the stack that `make run` started
+	$(BIN)/longrun demo
 
 clean:
 	rm -rf $(VENV) .longrun .mypy_cache .ruff_cache .pytest_cache

@@ -1,4 +1,4 @@
-"""The `longrun` command: `longrun dev`, `longrun worker`, `longrun api`, `longrun standin`."""
+"""The `longrun` command: `dev`, `worker`, `api`, `standin` and `demo`."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("api", help="serve the REST API on LONGRUN_API_HOST:LONGRUN_API_PORT")
     standin = sub.add_parser("standin", help="serve the offline model stand-in")
     standin.add_argument("--port", type=int, default=None)
+    standin.add_argument("--scenario", action="append", default=[], help="a JSON file of rules")
+    demo = sub.add_parser("demo", help="run the demo goal against the running API")
+    demo.add_argument("--approve", action="store_true", help="approve without asking")
     args = parser.parse_args(argv)
 
     if args.command == "dev":
@@ -41,7 +44,13 @@ def main(argv: list[str] | None = None) -> None:
         from longrun import standin as standin_server
 
         port = args.port or get_settings().dev_standin_port
-        standin_server.main(["--port", str(port)])
+        scenarios = [item for path in args.scenario for item in ("--scenario", path)]
+        standin_server.main(["--port", str(port), *scenarios])
+    elif args.command == "demo":
+        from longrun.demo import run_demo
+
+        settings = get_settings()
+        sys.exit(run_demo(f"http://{settings.api_host}:{settings.api_port}", approve=args.approve))
 
 
 if __name__ == "__main__":

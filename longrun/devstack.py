@@ -23,6 +23,7 @@ from temporalio.client import Client
 from longrun.settings import Settings
 
 STATE_DIR = Path(".longrun")
+DEMO_SCENARIO = Path(__file__).parent / "scenarios" / "demo.json"
 READY_TIMEOUT_S = 60.0
 
 
@@ -243,7 +244,15 @@ async def _run_stack(settings: Settings) -> int:
             env["OPENAI_API_KEY"] = "standin"
             proc = spawn(
                 "standin",
-                [sys.executable, "-m", "longrun.standin", "--port", str(settings.dev_standin_port)],
+                [
+                    sys.executable,
+                    "-m",
+                    "longrun.standin",
+                    "--port",
+                    str(settings.dev_standin_port),
+                    "--scenario",
+                    str(DEMO_SCENARIO),
+                ],
             )
             await _wait_http(f"{standin_url}/v1/models", proc, "the model stand-in")
         spawn("worker", [sys.executable, "-m", "worker"])
@@ -275,7 +284,12 @@ async def _run_stack(settings: Settings) -> int:
             f"  Temporal:    {temporal.address}  (data: {temporal.db_file})\n"
             f"  {model_line}\n"
             f"  logs:        {log_dir}/\n"
-            "Press Ctrl-C to stop everything.\n"
+            + (
+                "Try a goal-only run on the stand-in: .venv/bin/longrun demo  (or: make demo)\n"
+                if offline
+                else ""
+            )
+            + "Press Ctrl-C to stop everything.\n"
         )
         while not stop.is_set():
             for name, proc in children:

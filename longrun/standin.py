@@ -36,10 +36,11 @@ class ScriptedToolCall(BaseModel):
 
 
 class Rule(BaseModel):
-    """A scripted answer for calls whose messages contain `match` (every call if unset),
-    optionally only for one role: `plan`, `act` (offered tools), `judge` or `complete`."""
+    """A scripted answer for calls whose messages contain `match` (every call if unset; a
+    list means all of its strings), optionally only for one role: `plan`, `act` (offered
+    tools), `judge` or `complete`."""
 
-    match: str | None = None
+    match: str | list[str] | None = None
     role: Role | None = None
     times: int | None = Field(None, ge=1, description="apply this many times; unset = always")
     probability: float | None = Field(
@@ -115,7 +116,8 @@ class StandIn:
             for rule in self.rules:
                 if rule.role not in (None, role):
                     continue
-                if rule.match is not None and rule.match not in text:
+                needles = [rule.match] if isinstance(rule.match, str) else rule.match or []
+                if not all(needle in text for needle in needles):
                     continue
                 if rule.probability is None or self._random.random() < rule.probability:
                     if rule.times is not None:

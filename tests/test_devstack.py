@@ -65,6 +65,7 @@ def test_dev_stack_runs_a_plan_and_stops_on_one_interrupt(tmp_path: Path) -> Non
             time.sleep(0.1)
         banner = (tmp_path / "dev.out").read_text()
         assert "OFFLINE STAND-IN" in banner, banner
+        assert "longrun demo" in banner
         assert f"http://127.0.0.1:{ports['UI']}" in banner
 
         second = subprocess.run(
@@ -91,6 +92,20 @@ def test_dev_stack_runs_a_plan_and_stops_on_one_interrupt(tmp_path: Path) -> Non
         assert run["status"] == "completed", run
         assert "stand-in" in run["steps"][0]["output"]["text"]
         assert (tmp_path / STATE_DIR / "temporal.db").exists()
+
+        # The demo goal, played by the stand-in, approved on the command line.
+        demo = subprocess.run(
+            [sys.executable, "-m", "longrun.cli", "demo", "--approve"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert demo.returncode == 0, demo.stdout + demo.stderr
+        assert "approval needed" in demo.stdout
+        assert "status: completed" in demo.stdout
+        assert "prints: passed" in demo.stdout
     finally:
         stack.send_signal(signal.SIGINT)
         code = stack.wait(60)

@@ -67,7 +67,7 @@ def describe_criterion(criterion: Criterion) -> str:
     """A criterion as a person (or a model) reads it."""
     check = criterion.check
     if isinstance(check, ToolCheck):
-        expect = check.expect.model_dump(exclude_unset=True)
+        expect = check.expect.model_dump(exclude_none=True)
         return f"{criterion.id}: {check.tool} {preview(check.args)} must give {preview(expect)}"
     return f"{criterion.id}: {check.judge}"
 

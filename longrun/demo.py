@@ -1,0 +1,80 @@
+"""`longrun demo`: a goal-only run end to end against a running stack (`make run`).
+
+Offline, the stand-in model plays the agent from `scenarios/demo.json`: it plans two steps,
+writes hello.py, asks to run it (an irreversible call, so a person approves), and finishes;
+the acceptance check really runs hello.py.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import httpx
+
+DEMO_GOAL = "Demo: write hello.py that prints 'hello, longrun'"
+DEMO_REQUEST: dict[str, Any] = {
+    "goal": DEMO_GOAL,
+    "acceptance": [
+        {
+            "id": "prints",
+            "check": {
+                "tool": "python",
+                "args": {"code": "import runpy; runpy.run_path('hello.py')"},
+                "expect": {"contains": "hello, longrun"},
+            },
+        }
+    ],
+    "tools": ["write_file", "read_file", "python"],
+    "labels": {"demo": "hello"},
+}
+FINAL = ("completed", "failed", "cancelled")
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def run_demo(api_url: str, *, approve: bool = False, timeout_s: float = 300) -> int:
+    """Submit the demo goal, follow it, and answer its approval (asking, unless `approve`)."""
+    with httpx.Client(base_url=api_url, timeout=30) as http:
+        created = http.post("/v1/runs", json=DEMO_REQUEST)
+        if created.status_code != 202:
+            _say(f"could not start the demo: {created.status_code} {created.text}")
+            return 1
+        run_id = created.json()["run_id"]
+        _say(f"run {run_id}\n  Web UI: {created.json()['links']['temporal_ui']}")
+        seen: set[str] = set()
+        deadline = time.monotonic() + timeout_s
+        run: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            run = http.get(f"/v1/runs/{run_id}").json()
+            line = f"  {run.get('phase')}: " + ", ".join(
+                f"{p['id']} {p['status']}" for p in run.get("plan", [])
+            )
+            if line not in seen:
+                seen.add(line)
+                _say(line)
+            for pending in run.get("pending_approvals", []):
+                if pending["approval_id"] in seen:
+                    continue
+                seen.add(pending["approval_id"])
+                _say(f"  approval needed: {pending['summary']}")
+                url = f"/v1/runs/{run_id}/approvals/{pending['approval_id']}"
+                if not approve and not sys.stdin.isatty():
+                    _say(
+                        f"  approve with: curl -XPOST {api_url}{url} -H 'content-type: "
+                        'application/json\' -d \'{"decision": "approve"}\''
+                    )
+                    continue
+                yes = approve or input("  approve? [y/N] ").strip().lower() == "y"
+                http.post(url, json={"decision": "approve" if yes else "reject"})
+            if run.get("status") in FINAL:
+                break
+            time.sleep(0.5)
+        _say(f"status: {run.get('status')}")
+        for criterion in run.get("acceptance", []):
+            _say(f"  {criterion['id']}: {criterion['status']} ({criterion['evidence']})")
+        return 0 if run.get("status") == "completed" else 1
