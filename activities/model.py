@@ -173,7 +173,9 @@ class ModelActivities:
         try:
             answer = JudgeAnswer.model_validate_json(text)
         except ValidationError as exc:
-            raise transient(f"judge answer is not a verdict: {_explain(exc, text)}") from exc
+            # An unreadable verdict is a failed check (and its tokens still count).
+            reason = f"the judge's answer was not a verdict: {_explain(exc, text)}"
+            return Verdict(passed=False, evidence=reason, usage=usage)
         if answer.passed and not answer.reason.strip():
             return Verdict(
                 passed=False, evidence="the judge confirmed without citing a reason", usage=usage

@@ -2,7 +2,8 @@
 
 Histories saved under tests/histories/ guard running jobs against workflow code changes.
 After a deliberate, `workflow.patched()`-guarded change, record new ones beside the old
-with `LONGRUN_RECORD_HISTORIES=1 pytest tests/test_replay.py`.
+with `LONGRUN_RECORD_HISTORIES=1 pytest tests/test_replay.py` (existing files are kept;
+rename them first to add a history from new code beside the old ones).
 """
 
 from __future__ import annotations
@@ -60,8 +61,37 @@ async def test_fresh_histories_replay(
             {"id": "after", "tool": "echo"},
         ],
     }
+    standin.scenario(
+        [
+            {
+                "match": "replay-agent",
+                "role": "plan",
+                "json": {"steps": [{"id": "w", "intent": "write", "expected_evidence": "a.txt"}]},
+            },
+            {
+                "match": "replay-agent",
+                "role": "act",
+                "times": 1,
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "a.txt", "content": "a"}},
+                    {"name": "shell", "arguments": {"argv": ["true"]}},
+                ],
+            },
+            {
+                "match": "replay-agent",
+                "role": "act",
+                "times": 1,
+                "tool_calls": [{"name": "finish"}],
+            },
+        ]
+    )
+    response = await api.post(
+        "/v1/runs", json={"goal": "replay-agent: write a.txt", "tools": ["write_file"]}
+    )
+    runs = {"agent_goal": response.json()["run_id"]}
     for name, steps in scenarios.items():
-        run_id = await submit(api, steps)
+        runs[name] = await submit(api, steps)
+    for name, run_id in runs.items():
         run = await wait_run(run_id, lambda r: r["status"] != "running")
         for approval in run["pending_approvals"]:
             decision = "reject" if name == "skipped_on_reject" else "approve"
@@ -74,5 +104,6 @@ async def test_fresh_histories_replay(
         history = await client.get_workflow_handle(run_id).fetch_history()
         result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, f"{name}: {result.replay_failure}"
-        if os.environ.get("LONGRUN_RECORD_HISTORIES"):
-            (HISTORIES / f"{name}.json").write_text(history.to_json())
+        saved = HISTORIES / f"{name}.json"
+        if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
+            saved.write_text(history.to_json())

@@ -103,6 +103,7 @@ class AgentLoop:
         self._turns = 0
         self._tool_calls = 0
         self._notes: list[str] = []
+        self._observations: list[str] = []  # the current step's tool results, newest last
         self._current: PlanItem | None = None
         self._last_check: str | None = None
         self._offered = [tool_schema(name) for name in spec.tools] + [prompts.FINISH_TOOL]
@@ -126,6 +127,14 @@ class AgentLoop:
         if self._last_check:
             line += f"\nlast verification: {self._last_check}"
         return line
+
+    def close(self, failed: bool) -> None:
+        """Settle plan steps left open when the run ends early."""
+        for item in self.plan:
+            if item.status == "pending":
+                item.status = "cancelled"
+            elif item.status in ("running", "waiting_approval"):
+                item.status = "failed" if failed else "cancelled"
 
     def _enter(self, phase: Phase) -> None:
         self.phase = phase
@@ -274,7 +283,7 @@ class AgentLoop:
             {"role": "system", "content": prompts.ACTOR},
             {"role": "user", "content": self._brief(item, feedback)},
         ]
-        self._observations: list[str] = []
+        self._observations = []
         for _ in range(self._spec.max_turns_per_step):
             if self._turns >= self._spec.max_steps:
                 raise StepFailed(

@@ -433,6 +433,8 @@ class RunWorkflow:
         self._status = status
         self._error = error
         self._undecided.clear()  # an ended run waits for nobody
+        if self._agent is not None:
+            self._agent.close(failed=status == "failed")
         for state in self._steps.values():
             if state.status in ("pending", "waiting_approval", "running"):
                 state.status = "cancelled"
