@@ -46,7 +46,13 @@ step succeeding, the fair comparison with the plain loop's all-or-nothing.
 
 Repeatability: the flaky tool server and the stand-in are reseeded from `--seed` before
 each phase. The plain side runs sequentially and repeats exactly; the longrun runs are
-concurrent and share those random streams, so which call draws which number varies.
+concurrent and share those random streams, so which run draws which number may vary.
+
+Timing caveat: the worker, the API, the stand-in and the flaky server share this one
+process (and the Temporal server the machine), so with K concurrent runs a run's duration
+is mostly waiting for CPU, not retry backoff; compare `--rates 0` and `--runs 1` to see
+how much is which. Run times are taken from POST to the workflow's result; the
+`GET /v1/runs/{id}` that reads each finished run comes after.
 
 The script prints and always exits 0: nothing here is a pass/fail.
 
@@ -137,7 +143,7 @@ class Flaky:
         self._lock = threading.Lock()
         self.answered: dict[str, int] = {"200": 0, "503": 0}
 
-    def reset(self, rate: float, seed: int) -> None:
+    def reset(self, rate: float, seed: str) -> None:
         """Set the failure rate, reseed, and zero the counters."""
         with self._lock:
             self.rate = rate
@@ -379,14 +385,16 @@ async def plain_run(
 
 
 async def begin_phase(
-    standin_url: str, standin: StandIn, flaky: Flaky, seed: int, rate: float
+    standin_url: str, standin: StandIn, flaky: Flaky, seed: str, rate: float
 ) -> None:
-    """Start a phase: forget rules and calls, reseed both fault sources."""
+    """Start a phase: forget rules and calls, reseed both fault sources (each its own
+    stream: with one seed, model and tool faults would fall on the same draws)."""
     async with httpx.AsyncClient() as http:
-        (await http.delete(f"{standin_url}/_standin/rules")).raise_for_status()
-    # create_app() seeds its StandIn with 0 and takes no seed; reseed it so --seed counts.
-    standin._random = random.Random(seed)
-    flaky.reset(rate, seed)
+        reset = await http.delete(
+            f"{standin_url}/_standin/rules", params={"seed": f"standin:{seed}"}
+        )
+        reset.raise_for_status()
+    flaky.reset(rate, f"flaky:{seed}")
 
 
 async def collect(standin_url: str, flaky: Flaky, phase: Phase) -> None:
@@ -435,7 +443,7 @@ async def bench(args: argparse.Namespace, rates: list[float]) -> None:
                 httpx.AsyncClient(timeout=30) as http,
             ):
                 for i, rate in enumerate(rates):
-                    seed = args.seed + i
+                    seed = f"{args.seed}:{i}"
 
                     plain = results[rate, "plain"] = Phase()
                     await begin_phase(standin_server.url, standin, flaky, seed, rate)

@@ -105,11 +105,18 @@ def _text_of(messages: list[dict[str, Any]]) -> str:
 class StandIn:
     """State of one stand-in server: its rules and the calls it has answered."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self) -> None:
         self.rules: list[Rule] = []
-        self._random = random.Random(seed)  # seeded: fault injection repeats run to run
         self.calls: list[Call] = []
         self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self, seed: str = "0") -> None:
+        """Forget rules and calls; reseed the draws of rules with a `probability`."""
+        with self._lock:
+            self.rules.clear()
+            self.calls.clear()
+            self._random = random.Random(seed)  # seeded: fault injection repeats run to run
 
     def _take_rule(self, text: str, role: Role) -> Rule | None:
         with self._lock:
@@ -267,10 +274,9 @@ def create_app(scenarios: list[Path] | None = None) -> FastAPI:
         return {"rules": len(state.rules)}
 
     @app.delete("/_standin/rules", status_code=204)
-    async def reset() -> None:
-        """Forget every rule and every recorded call."""
-        state.rules.clear()
-        state.calls.clear()
+    async def reset(seed: str = "0") -> None:
+        """Forget every rule and every recorded call, and reseed probabilistic rules."""
+        state.reset(seed)
 
     @app.get("/_standin/calls")
     async def calls(match: str | None = None, role: Role | None = None) -> list[Call]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import signal
+import ssl
 import sys
 import tempfile
 from pathlib import Path
@@ -66,6 +68,12 @@ class HttpRequestArgs(_Args):
         return url
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    # Loading the CA bundle costs tens of milliseconds of CPU; do it once per worker.
+    return httpx.create_ssl_context()
+
+
 def _http_effect(args: HttpRequestArgs) -> SideEffect:
     return SideEffect.READ_ONLY if args.method in SAFE_METHODS else SideEffect.IRREVERSIBLE
 
@@ -91,7 +99,9 @@ async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any
         content = json.dumps(args.body).encode()
         headers.setdefault("Content-Type", "application/json")
     async with (
-        httpx.AsyncClient(timeout=args.timeout_s, follow_redirects=False) as client,
+        httpx.AsyncClient(
+            timeout=args.timeout_s, follow_redirects=False, verify=_tls_context()
+        ) as client,
         client.stream(args.method, url, headers=headers, content=content) as response,
     ):
         body = bytearray()
