@@ -98,6 +98,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         configure_tracing("longrun-api", settings)
+        if not settings.api_keys:
+            log.warning(
+                "no API keys configured (LONGRUN_API_KEYS): answering loopback clients only, "
+                "each as admin"
+            )
         yield
 
     app = FastAPI(

@@ -234,6 +234,7 @@ class RunInput(BaseModel):
     agent: AgentSpec | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     config: RunConfig
+    owner: str = "local"
 
 
 Phase = Literal["planning", "acting", "verifying", "replanning", "completing"]

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from longrun.contracts import Price
+
+Role = Literal["viewer", "submitter", "approver", "admin"]
+
+
+class ApiKey(BaseModel):
+    """One API key: who holds it, its SHA-256 hex digest (never the key), its roles."""
+
+    name: str = Field(min_length=1, max_length=100)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    roles: list[Role] = Field(min_length=1)
 
 
 class Settings(BaseSettings):
@@ -44,6 +54,9 @@ class Settings(BaseSettings):
     )
 
     trace_console: bool = Field(False, alias="LONGRUN_TRACE_CONSOLE")
+
+    api_keys: list[ApiKey] = Field(default_factory=list, alias="LONGRUN_API_KEYS")
+    four_eyes: bool = Field(False, alias="LONGRUN_FOUR_EYES")
 
     api_host: str = Field("127.0.0.1", alias="LONGRUN_API_HOST")
     api_port: int = Field(8000, alias="LONGRUN_API_PORT")

@@ -100,12 +100,13 @@ def wait_run(api: httpx.AsyncClient) -> Poll:
         ),
         timeout_s: float = 60.0,
         http: httpx.AsyncClient | None = None,
+        headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         last: dict[str, Any] = {}
         while loop.time() < deadline:
-            response = await (http or api).get(f"/v1/runs/{run_id}")
+            response = await (http or api).get(f"/v1/runs/{run_id}", headers=headers)
             if response.status_code == 200:
                 last = response.json()
                 if until(last):

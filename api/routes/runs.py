@@ -28,6 +28,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
+from api.auth import Approver, Reader, Submitter
 from api.deps import Gateway, SettingsDep, TemporalClient
 from api.schemas import Accepted, DecisionRequest, Links, RunCreated, RunDetail, RunList, RunSummary
 from longrun.contracts import (
@@ -176,6 +177,7 @@ async def create_run(
     body: RunRequest,
     gateway: Gateway,
     settings: SettingsDep,
+    caller: Submitter,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
 ) -> RunCreated:
     """Start a run of an explicit plan, or of a goal the agent plans itself; a repeated
@@ -186,12 +188,14 @@ async def create_run(
     if idempotency_key is None:
         run_id = f"run-{uuid.uuid4().hex}"
     else:
-        run_id = f"run-{uuid.uuid5(IDEMPOTENCY_NAMESPACE, idempotency_key).hex}"
+        # Scoped to the caller: two clients using the same key get two runs.
+        scoped = f"{caller.name}\n{idempotency_key}"
+        run_id = f"run-{uuid.uuid5(IDEMPOTENCY_NAMESPACE, scoped).hex}"
     labels = [f"{k}:{v}" for k, v in sorted(body.labels.items())]
     try:
         await client.start_workflow(
             RunWorkflow.run,
-            inp.model_copy(update={"run_id": run_id}),
+            inp.model_copy(update={"run_id": run_id, "owner": caller.name}),
             id=run_id,
             task_queue=settings.task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -202,7 +206,12 @@ async def create_run(
                     SearchAttributePair(LABELS_ATTRIBUTE, labels),
                 ]
             ),
-            memo={"goal": body.goal, "labels": body.labels, "request_sha256": fingerprint},
+            memo={
+                "goal": body.goal,
+                "labels": body.labels,
+                "owner": caller.name,
+                "request_sha256": fingerprint,
+            },
             static_summary=body.goal,
             static_details=_details(inp),
         )
@@ -221,6 +230,7 @@ async def create_run(
 async def list_runs(
     client: TemporalClient,
     settings: SettingsDep,
+    caller: Reader,
     status: RunStatusName | None = None,
     label: Annotated[list[str] | None, Query(max_length=20, description="key:value")] = None,
     page_size: Annotated[int, Query(ge=1, le=100)] = 20,
@@ -279,7 +289,9 @@ async def list_runs(
 
 
 @router.get("/{run_id}")
-async def get_run(run_id: str, client: TemporalClient, settings: SettingsDep) -> RunDetail:
+async def get_run(
+    run_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
+) -> RunDetail:
     """A run's status, steps, approvals, usage and result (from a workflow query)."""
     handle, desc = await _describe(client, run_id)
     detail = await _query_state(handle)
@@ -296,7 +308,12 @@ async def get_run(run_id: str, client: TemporalClient, settings: SettingsDep) ->
 
 @router.post("/{run_id}/approvals/{approval_id}", status_code=202)
 async def decide_approval(
-    run_id: str, approval_id: str, body: DecisionRequest, client: TemporalClient
+    run_id: str,
+    approval_id: str,
+    body: DecisionRequest,
+    client: TemporalClient,
+    settings: SettingsDep,
+    caller: Approver,
 ) -> Accepted:
     """Approve or reject a gated step; delivered to the run as a signal."""
     handle, desc = await _describe(client, run_id)
@@ -308,17 +325,26 @@ async def decide_approval(
         raise HTTPException(409, f"approval '{approval_id}' was already decided: {record.decision}")
     if _status_of(desc) in FINAL_RUN_STATUSES:
         raise HTTPException(409, f"run '{run_id}' has already ended")
+    if settings.four_eyes and await desc.memo_value("owner", None) == caller.name:
+        raise HTTPException(403, "four-eyes rule: approve steps of runs you did not start")
     await handle.signal(
         RunWorkflow.decide,
-        ApprovalDecision(approval_id=approval_id, decision=body.decision, comment=body.comment),
+        ApprovalDecision(
+            approval_id=approval_id,
+            decision=body.decision,
+            comment=body.comment,
+            actor=caller.name,
+        ),
     )
     return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' delivered")
 
 
 @router.post("/{run_id}/cancel", status_code=202)
-async def cancel_run(run_id: str, client: TemporalClient) -> Accepted:
+async def cancel_run(run_id: str, client: TemporalClient, caller: Submitter) -> Accepted:
     """Cancel a run; running activities are cancelled through their heartbeats."""
     handle, desc = await _describe(client, run_id)
+    if not caller.may("admin") and await desc.memo_value("owner", None) != caller.name:
+        raise HTTPException(403, "submitters may cancel only the runs they started")
     if (status := _status_of(desc)) in FINAL_RUN_STATUSES:
         raise HTTPException(409, f"run '{run_id}' has already ended ({status})")
     await handle.cancel()

@@ -1,0 +1,78 @@
+"""Who is calling: API keys (stored as SHA-256 hashes in settings) and their roles.
+
+Roles: `viewer` reads, `submitter` starts runs and cancels its own, `approver` decides
+approvals, `admin` may do everything. With no keys configured the API answers loopback
+clients only, each as a local admin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from pydantic import BaseModel
+
+from api.deps import SettingsDep
+from longrun.settings import Role
+
+
+class Principal(BaseModel):
+    """An authenticated caller."""
+
+    name: str
+    roles: frozenset[Role]
+
+    def may(self, *roles: Role) -> bool:
+        """Whether the caller holds one of `roles` (admins hold them all)."""
+        return "admin" in self.roles or bool(self.roles & set(roles))
+
+
+def hash_key(key: str) -> str:
+    """The form in which a key is stored in settings."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _is_loopback(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def authenticate(request: Request, settings: SettingsDep) -> Principal:
+    """The caller, from `Authorization: Bearer <key>`; 401 without a valid key."""
+    if not settings.api_keys:
+        host = request.client.host if request.client else None
+        if not _is_loopback(host):
+            raise HTTPException(
+                403, "no API keys are configured, so this API answers loopback clients only"
+            )
+        return Principal(name="local", roles=frozenset({"admin"}))
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token:
+        digest = hash_key(token.strip())
+        for key in settings.api_keys:
+            if hmac.compare_digest(digest, key.sha256):
+                return Principal(name=key.name, roles=frozenset(key.roles))
+    raise HTTPException(401, "a valid API key is required", headers={"WWW-Authenticate": "Bearer"})
+
+
+Caller = Annotated[Principal, Depends(authenticate)]
+
+
+def _admits(*roles: Role) -> Callable[[Principal], Principal]:
+    def check(caller: Caller) -> Principal:
+        if not caller.may(*roles):
+            raise HTTPException(403, f"this needs the role {' or '.join(roles)} (or admin)")
+        return caller
+
+    return check
+
+
+Reader = Annotated[Principal, Depends(_admits("viewer", "submitter", "approver"))]
+Submitter = Annotated[Principal, Depends(_admits("submitter"))]
+Approver = Annotated[Principal, Depends(_admits("approver"))]
