@@ -58,6 +58,14 @@ class DecisionRequest(BaseModel):
     comment: str | None = Field(None, max_length=4000)
 
 
+class ReasonRequest(BaseModel):
+    """Optional body of pause and resume: why, for the audit trail."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = Field(None, max_length=2000)
+
+
 class Accepted(BaseModel):
     """A request was accepted and handed to the run."""
 

@@ -21,7 +21,8 @@ StepId = Annotated[str, StringConstraints(pattern=STEP_ID_PATTERN)]
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN)]
 LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_PATTERN)]
 
-RunStatusName = Literal["running", "waiting_approval", "completed", "failed", "cancelled"]
+RunStatusName = Literal["running", "waiting_approval", "paused", "completed", "failed", "cancelled"]
+LIVE_RUN_STATUSES: frozenset[str] = frozenset({"running", "waiting_approval", "paused"})
 StepStatusName = Literal[
     "pending", "running", "waiting_approval", "completed", "failed", "skipped", "cancelled"
 ]
@@ -180,6 +181,33 @@ class RoleModels(_Strict):
     judge: str | None = Field(None, min_length=1, max_length=200)
 
 
+LIMITS = (
+    "max_input_tokens",
+    "max_output_tokens",
+    "max_cost_usd",
+    "max_model_calls",
+    "max_tool_calls",
+    "max_duration_s",
+)
+
+
+class Limits(_Strict):
+    """Budget limits; an unset limit does not bind."""
+
+    max_input_tokens: int | None = Field(None, ge=0)
+    max_output_tokens: int | None = Field(None, ge=0)
+    max_cost_usd: float | None = Field(None, ge=0)
+    max_model_calls: int | None = Field(None, ge=0)
+    max_tool_calls: int | None = Field(None, ge=0)
+    max_duration_s: float | None = Field(None, ge=0)
+
+
+class Budget(Limits):
+    """A run's budget, and what happens when its time limit runs out."""
+
+    on_budget_exhausted: Literal["pause", "fail"] = "pause"
+
+
 class RunRequest(_Strict):
     """Body of `POST /v1/runs`: an explicit `plan`, or a goal with acceptance criteria."""
 
@@ -190,6 +218,7 @@ class RunRequest(_Strict):
     model: str | None = Field(None, min_length=1, max_length=200)
     models: RoleModels | None = None
     max_steps: int | None = Field(None, ge=1, le=1000)
+    budget: Budget | None = None
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=20)
 
 
@@ -235,6 +264,7 @@ class RunInput(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     config: RunConfig
     owner: str = "local"
+    budget: Budget = Field(default_factory=Budget)
 
 
 Phase = Literal["planning", "acting", "verifying", "replanning", "completing"]
@@ -315,6 +345,52 @@ class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    tool_calls: int = 0
+    duration_s: float = 0.0
+
+
+class LimitUse(BaseModel):
+    """One budget limit against what the run has used of it."""
+
+    limit: float | None
+    used: float
+
+
+class BudgetView(BaseModel):
+    """The run's budget as status shows it."""
+
+    limits: dict[str, LimitUse] = Field(default_factory=dict)
+    on_budget_exhausted: Literal["pause", "fail"] = "pause"
+
+
+class AuditEntry(BaseModel):
+    """One decision about a run: who, when, what, why."""
+
+    at: datetime
+    actor: str
+    action: str
+    detail: str | None = None
+
+
+class AuditTrail(BaseModel):
+    """Answer of the `audit` query: every decision, oldest first."""
+
+    run_id: str
+    entries: list[AuditEntry]
+
+
+class ControlRequest(_Strict):
+    """Signal payload of pause, resume and the note taken before a cancel."""
+
+    actor: str
+    reason: str | None = Field(None, max_length=2000)
+
+
+class BudgetChange(_Strict):
+    """Signal payload: new limits (unset ones stay as they are) and who set them."""
+
+    limits: Limits
+    actor: str
 
 
 class RunState(BaseModel):
@@ -330,6 +406,9 @@ class RunState(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     result: Any = None
     error: str | None = None
+    budget: BudgetView = Field(default_factory=BudgetView)
+    pause_reason: Literal["budget", "requested"] | None = None
+    exhausted: list[str] = Field(default_factory=list)
     # Goal-only runs:
     phase: Phase | None = None
     plan: list[PlanItem] = Field(default_factory=list)

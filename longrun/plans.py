@@ -12,7 +12,18 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from longrun.contracts import Criterion, JudgeCheck, Plan, RunRequest, SideEffect, Step, ToolCheck
+from longrun.contracts import (
+    LIMITS,
+    Budget,
+    Criterion,
+    JudgeCheck,
+    Limits,
+    Plan,
+    RunRequest,
+    SideEffect,
+    Step,
+    ToolCheck,
+)
 
 _TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _REFERENCE = re.compile(r"^\s*steps\.([a-z0-9_-]{1,64})\.output((?:\.[A-Za-z0-9_-]+)*)\s*$")
@@ -294,6 +305,41 @@ def resolve(value: Any, output_of: Callable[[str], Any]) -> Any:
 
 
 AGENT_ONLY_FIELDS = ("acceptance", "tools", "models", "max_steps")
+
+
+def check_limits(limits: Limits, ceilings: Limits, loc: Loc) -> list[PlanError]:
+    """Limits above the server's ceilings, as errors."""
+    errors = []
+    for name in LIMITS:
+        value, ceiling = getattr(limits, name), getattr(ceilings, name)
+        if value is not None and ceiling is not None and value > ceiling:
+            errors.append(
+                PlanError(
+                    loc=(*loc, name), msg=f"{value:g} is above this server's ceiling {ceiling:g}"
+                )
+            )
+    return errors
+
+
+def effective_budget(requested: Budget | None, defaults: Limits, ceilings: Limits) -> Budget:
+    """The budget a run gets: what it asked for, else the default, else the ceiling."""
+    requested = requested or Budget()
+    chosen = {
+        name: next(
+            (
+                v
+                for v in (
+                    getattr(requested, name),
+                    getattr(defaults, name),
+                    getattr(ceilings, name),
+                )
+                if v is not None
+            ),
+            None,
+        )
+        for name in LIMITS
+    }
+    return Budget(**chosen, on_budget_exhausted=requested.on_budget_exhausted)
 
 
 def validate_agent(body: RunRequest, tools: Mapping[str, ToolCatalogue]) -> list[PlanError]:

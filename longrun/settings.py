@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from longrun.contracts import Price
+from longrun.contracts import Limits, Price
 
 Role = Literal["viewer", "submitter", "approver", "admin"]
 
@@ -45,6 +45,8 @@ class Settings(BaseSettings):
         description='USD per million tokens, JSON: {"gpt-4.1-mini": {"input": 0.4, "output": 1.6}}',
     )
     max_steps: int = Field(40, alias="LONGRUN_MAX_STEPS", ge=1, le=1000)
+    budget_defaults: Limits = Field(default_factory=Limits, alias="LONGRUN_BUDGET_DEFAULTS")
+    budget_ceilings: Limits = Field(default_factory=Limits, alias="LONGRUN_BUDGET_CEILINGS")
     model_timeout_s: float = Field(120.0, alias="LONGRUN_MODEL_TIMEOUT_S", gt=0)
 
     data_dir: Path = Field(Path(".longrun/data"), alias="LONGRUN_DATA_DIR")

@@ -251,6 +251,8 @@ class AgentLoop:
             self._count(attempt.usage)
             error = attempt.error or _duplicate_ids(attempt.plan)
             if error is None and attempt.plan is not None:
+                ids = ", ".join(s.id for s in attempt.plan.steps)
+                self._run.record("planner", "plan" if context is None else "replan", ids)
                 return [
                     PlanItem(id=s.id, intent=s.intent, expected_evidence=s.expected_evidence)
                     for s in attempt.plan.steps
@@ -329,6 +331,7 @@ class AgentLoop:
             state = self._run.add_step(step_id, "tool")
             refusal = f"refused: '{call.name}' is not in this run's tools"
             self._run.settle(state, "skipped", error=refusal)
+            self._run.record("longrun", "refused", f"{step_id}: {refusal}")
             allowed = ", ".join(self._spec.tools) or "(none)"
             return (
                 f"Refused: the tool '{call.name}' is not allowed in this run, so nothing ran. "
@@ -354,6 +357,7 @@ class AgentLoop:
                 self._run.settle(state, "skipped", error=f"rejected by {record.decided_by}")
                 comment = f": {record.comment}" if record.comment else ""
                 return f"A person rejected this call{comment}. Find another way."
+        await self._run.checkpoint()
         self._run.start(state)
         try:
             result = await self._run.run_tool(step_id, call.name, args)
@@ -439,6 +443,7 @@ class AgentLoop:
         self, method: Any, arg: Any, *, summary: str, limit: timedelta = MODEL_TIMEOUT
     ) -> Any:
         """Run a model or verify activity; a failure that retries cannot fix fails the run."""
+        await self._run.checkpoint()
         try:
             return await workflow.execute_activity_method(
                 method,

@@ -7,8 +7,9 @@ Deterministic orchestration only: every side effect is an activity, time comes f
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -33,9 +34,16 @@ with workflow.unsafe.imports_passed_through():
     from activities.model import ModelActivities  # for the method reference only
     from longrun import plans
     from longrun.contracts import (
+        LIVE_RUN_STATUSES,
         ApprovalDecision,
         ApprovalKind,
         ApprovalRecord,
+        AuditEntry,
+        AuditTrail,
+        BudgetChange,
+        BudgetView,
+        ControlRequest,
+        LimitUse,
         ModelRequest,
         PendingApproval,
         Plan,
@@ -75,6 +83,14 @@ class RunWorkflow:
         self._active: dict[str, None] = {}  # running steps, in start order
         self._done = 0
         self._usage = Usage()
+        self._budget = inp.budget
+        self._started = workflow.now()
+        self._audit = [
+            AuditEntry(at=self._started, actor=inp.owner, action="submitted", detail=inp.goal)
+        ]
+        self._pause_request: ControlRequest | None = None
+        self._pause_reason: Literal["budget", "requested"] | None = None
+        self._exhausted: list[str] = []
         self._status: RunStatusName = "running"
         self._result: Any = None
         self._error: str | None = None
@@ -106,10 +122,43 @@ class RunWorkflow:
             labels=self._inp.labels,
             result=self._result,
             error=self._error,
+            budget=self._budget_view(),
+            pause_reason=self._pause_reason,
+            exhausted=self._exhausted,
         )
+        state.usage.duration_s = self._elapsed_s()
         if self._agent is not None:
             self._agent.describe(state)
         return state
+
+    @workflow.query(name="audit")
+    def audit(self) -> AuditTrail:
+        """Every decision about the run, oldest first."""
+        return AuditTrail(run_id=self._inp.run_id, entries=self._audit)
+
+    @workflow.signal(name="pause")
+    def pause(self, request: ControlRequest) -> None:
+        """Stop before the next model or tool call (the call in flight finishes)."""
+        self.record(request.actor, "pause", request.reason)
+        self._pause_request = request
+
+    @workflow.signal(name="resume")
+    def resume(self, request: ControlRequest) -> None:
+        """Lift a pause a person asked for (a budget pause needs a bigger budget)."""
+        self.record(request.actor, "resume", request.reason)
+        self._pause_request = None
+
+    @workflow.signal(name="set_budget")
+    def set_budget(self, change: BudgetChange) -> None:
+        """Change limits; a run paused for its budget resumes once nothing is exhausted."""
+        given = change.limits.model_dump(exclude_none=True)
+        self._budget = self._budget.model_copy(update=given)
+        self.record(change.actor, "budget", json.dumps(given, sort_keys=True))
+
+    @workflow.signal(name="note")
+    def note(self, request: ControlRequest) -> None:
+        """Record a decision taken outside the workflow (a cancel request and its actor)."""
+        self.record(request.actor, request.reason or "note")
 
     @workflow.signal(name="decide")
     def decide(self, decision: ApprovalDecision) -> None:
@@ -125,6 +174,10 @@ class RunWorkflow:
         record.decided_at = workflow.now()
         record.decided_by = decision.actor
         record.comment = decision.comment
+        detail = f"{record.approval_id} (step {record.step_id})"
+        if decision.comment:
+            detail += f": {decision.comment}"
+        self.record(decision.actor, decision.decision, detail)
 
     # --- main loop --------------------------------------------------------------------------
 
@@ -151,6 +204,68 @@ class RunWorkflow:
             raise ApplicationError(str(exc), type="RunFailed", non_retryable=True) from None
         self._finish("completed", None)
         return RunResult(outputs=self._result or {})
+
+    # --- budget, pauses, audit ----------------------------------------------------------------
+
+    def record(self, actor: str, action: str, detail: str | None = None) -> None:
+        """Add a decision to the audit trail."""
+        self._audit.append(AuditEntry(at=workflow.now(), actor=actor, action=action, detail=detail))
+
+    def _elapsed_s(self) -> float:
+        return (workflow.now() - self._started).total_seconds()
+
+    def _used(self) -> dict[str, float]:
+        u = self._usage
+        return {
+            "max_input_tokens": u.input_tokens,
+            "max_output_tokens": u.output_tokens,
+            "max_cost_usd": u.cost_usd,
+            "max_model_calls": u.model_calls,
+            "max_tool_calls": u.tool_calls,
+            "max_duration_s": self._elapsed_s(),
+        }
+
+    def _exhausted_limits(self) -> list[str]:
+        limits = self._budget.model_dump()
+        return [name for name, used in self._used().items() if _reached(limits[name], used)]
+
+    def _budget_view(self) -> BudgetView:
+        limits = self._budget.model_dump()
+        return BudgetView(
+            limits={
+                name: LimitUse(limit=limits[name], used=used) for name, used in self._used().items()
+            },
+            on_budget_exhausted=self._budget.on_budget_exhausted,
+        )
+
+    def _pause_snapshot(self) -> tuple[bool, list[str]]:
+        return self._pause_request is None, self._exhausted_limits()
+
+    async def _until_changed(self, seen: tuple[bool, list[str]]) -> None:
+        await workflow.wait_condition(lambda: self._pause_snapshot() != seen)
+
+    async def checkpoint(self) -> None:
+        """Before every model or tool call: wait out a pause, and stop at an exhausted budget."""
+        while True:
+            exhausted = self._exhausted_limits()
+            if "max_duration_s" in exhausted and self._budget.on_budget_exhausted == "fail":
+                raise StepFailed(
+                    f"the run's time budget ({self._budget.max_duration_s:g} s) is used up"
+                )
+            if not exhausted and self._pause_request is None:
+                if self._pause_reason is not None:
+                    self._pause_reason = None
+                    self._exhausted = []
+                    self.refresh()
+                return
+            reason: Literal["budget", "requested"] = "budget" if exhausted else "requested"
+            if (reason, exhausted) != (self._pause_reason, self._exhausted):
+                self._pause_reason, self._exhausted = reason, exhausted
+                if exhausted:
+                    self.record("longrun", "paused", "budget exhausted: " + ", ".join(exhausted))
+                self.refresh()
+            # Wait until something that decided this pause changes, then look again.
+            await self._until_changed(self._pause_snapshot())
 
     async def _execute(self, plan: Plan) -> None:
         steps = {s.id: s for s in plan.steps}
@@ -257,6 +372,8 @@ class RunWorkflow:
                 state.started_at = state.finished_at = workflow.now()
                 return {"approved_by": record.decided_by, "comment": record.comment}
 
+        if step.wait is None:
+            await self.checkpoint()  # a model or tool call: not while paused or over budget
         self.start(state)
         try:
             if step.wait is not None:
@@ -340,7 +457,8 @@ class RunWorkflow:
         retry: RetrySpec | None = None,
         timeout_s: float | None = None,
     ) -> ToolResult:
-        """Run `tool.<name>` for a step; raises ActivityError when it fails for good."""
+        """Run `tool.<name>` for a step (after `checkpoint`); raises ActivityError when it
+        fails for good."""
         call = ToolCall(
             run_id=self._inp.run_id,
             step_id=step_id,
@@ -348,6 +466,7 @@ class RunWorkflow:
             idempotency_key=f"{self._inp.run_id}:{step_id}",
             args=args,
         )
+        self._usage.tool_calls += 1
         limit = timedelta(seconds=timeout_s) if timeout_s else TOOL_TIMEOUT
         own = args.get("timeout_s")
         if isinstance(own, int | float):
@@ -411,8 +530,12 @@ class RunWorkflow:
 
     def refresh(self) -> None:
         """Recompute the run status, publish it as a search attribute and in the Web UI."""
-        if self._status in ("running", "waiting_approval"):
-            status: RunStatusName = "waiting_approval" if self._undecided else "running"
+        if self._status in LIVE_RUN_STATUSES:
+            status: RunStatusName = "running"
+            if self._pause_reason is not None:
+                status = "paused"
+            elif self._undecided:
+                status = "waiting_approval"
             if status != self._status:
                 self._status = status
                 self._publish()
@@ -432,6 +555,8 @@ class RunWorkflow:
     def _finish(self, status: RunStatusName, error: str | None) -> None:
         self._status = status
         self._error = error
+        self._pause_reason = None
+        self.record("longrun", status, error)
         self._undecided.clear()  # an ended run waits for nobody
         if self._agent is not None:
             self._agent.close(failed=status == "failed")
@@ -444,3 +569,7 @@ class RunWorkflow:
     def _publish(self) -> None:
         if self._publish_status:
             workflow.upsert_search_attributes([STATUS_ATTRIBUTE.value_set(self._status)])
+
+
+def _reached(limit: float | None, used: float) -> bool:
+    return limit is not None and used >= limit

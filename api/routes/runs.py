@@ -28,23 +28,43 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
-from api.auth import Approver, Reader, Submitter
+from api.auth import Approver, Principal, Reader, Submitter
 from api.deps import Gateway, SettingsDep, TemporalClient
-from api.schemas import Accepted, DecisionRequest, Links, RunCreated, RunDetail, RunList, RunSummary
+from api.schemas import (
+    Accepted,
+    DecisionRequest,
+    Links,
+    ReasonRequest,
+    RunCreated,
+    RunDetail,
+    RunList,
+    RunSummary,
+)
 from longrun.contracts import (
     FINAL_RUN_STATUSES,
     LABEL_KEY_PATTERN,
     LABEL_VALUE_PATTERN,
     AgentSpec,
     ApprovalDecision,
+    AuditTrail,
+    BudgetChange,
+    ControlRequest,
+    Limits,
     RoleModels,
     RunConfig,
     RunInput,
     RunRequest,
     RunStatusName,
 )
-from longrun.plans import acceptance_of, normalize_plan, validate_agent, validate_plan
-from longrun.settings import Settings
+from longrun.plans import (
+    acceptance_of,
+    check_limits,
+    effective_budget,
+    normalize_plan,
+    validate_agent,
+    validate_plan,
+)
+from longrun.settings import Role, Settings
 from workflows import LABELS_ATTRIBUTE, STATUS_ATTRIBUTE, RunWorkflow
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
@@ -60,6 +80,7 @@ WORKFLOW_TYPE = "longrun.Run"
 # run terminated from outside still lists as failed; live ones from the run's search attribute.
 STATUS_FILTERS: dict[str, str] = {
     "running": "ExecutionStatus = 'Running' AND LongrunStatus = 'running'",
+    "paused": "ExecutionStatus = 'Running' AND LongrunStatus = 'paused'",
     "waiting_approval": "ExecutionStatus = 'Running' AND LongrunStatus = 'waiting_approval'",
     "completed": "ExecutionStatus = 'Completed'",
     "failed": "ExecutionStatus IN ('Failed', 'Terminated', 'TimedOut')",
@@ -86,7 +107,11 @@ def _run_status(status: WorkflowExecutionStatus | None, live: str | None) -> Run
         WorkflowExecutionStatus.TIMED_OUT,
     ):
         return "failed"
-    return "waiting_approval" if live == "waiting_approval" else "running"
+    if live == "waiting_approval":
+        return "waiting_approval"
+    if live == "paused":
+        return "paused"
+    return "running"
 
 
 async def _describe(
@@ -110,15 +135,20 @@ def _status_of(desc: WorkflowExecutionDescription) -> RunStatusName:
     return _run_status(desc.status, desc.typed_search_attributes.get(STATUS_ATTRIBUTE))
 
 
-async def _query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
+async def _query(handle: WorkflowHandle[Any, Any], query: Any) -> Any:
+    """Ask the run's workflow; 503 when no worker answers in time."""
     try:
-        state = await handle.query(RunWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+        return await handle.query(query, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as exc:
         if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
             raise HTTPException(
-                503, "no longrun worker answered the status query; is a worker running?"
+                503, "no longrun worker answered the query; is a worker running?"
             ) from exc
         raise
+
+
+async def _query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
+    state = await _query(handle, RunWorkflow.status)
     return RunDetail.model_validate(
         {**state.model_dump(), "links": {"self": "", "temporal_ui": ""}}
     )
@@ -136,19 +166,21 @@ def _fingerprint(body: RunRequest) -> str:
 
 def _run_input(body: RunRequest, settings: Settings) -> RunInput:
     """The workflow input for a request, or 422 with every problem found."""
+    errors = validate_agent(body, REGISTRY)
     if body.plan is not None:
-        errors = validate_plan(body.plan, REGISTRY) + validate_agent(body, REGISTRY)
-    else:
-        errors = validate_agent(body, REGISTRY)
+        errors = validate_plan(body.plan, REGISTRY) + errors
+    if body.budget is not None:
+        errors += check_limits(body.budget, settings.budget_ceilings, ("body", "budget"))
     if errors:
         raise RequestValidationError(
             [{"type": "value_error", "loc": e.loc, "msg": e.msg, "input": None} for e in errors]
         )
     model = body.model or settings.model
     config = RunConfig(default_model=model, prices=settings.prices)
+    budget = effective_budget(body.budget, settings.budget_defaults, settings.budget_ceilings)
+    common = {"run_id": "", "goal": body.goal, "labels": body.labels, "config": config}
     if body.plan is not None:
-        plan = normalize_plan(body.plan, REGISTRY)
-        return RunInput(run_id="", goal=body.goal, plan=plan, labels=body.labels, config=config)
+        return RunInput(**common, plan=normalize_plan(body.plan, REGISTRY), budget=budget)
     roles = body.models or RoleModels()
     agent = AgentSpec(
         acceptance=acceptance_of(body),
@@ -158,7 +190,7 @@ def _run_input(body: RunRequest, settings: Settings) -> RunInput:
         judge_model=roles.judge or model,
         max_steps=body.max_steps or settings.max_steps,
     )
-    return RunInput(run_id="", goal=body.goal, agent=agent, labels=body.labels, config=config)
+    return RunInput(**common, agent=agent, budget=budget)
 
 
 def _details(inp: RunInput) -> str:
@@ -342,10 +374,65 @@ async def decide_approval(
 @router.post("/{run_id}/cancel", status_code=202)
 async def cancel_run(run_id: str, client: TemporalClient, caller: Submitter) -> Accepted:
     """Cancel a run; running activities are cancelled through their heartbeats."""
-    handle, desc = await _describe(client, run_id)
-    if not caller.may("admin") and await desc.memo_value("owner", None) != caller.name:
-        raise HTTPException(403, "submitters may cancel only the runs they started")
-    if (status := _status_of(desc)) in FINAL_RUN_STATUSES:
-        raise HTTPException(409, f"run '{run_id}' has already ended ({status})")
+    handle = await _live_run(client, run_id, caller, "cancel", others="admin")
+    await handle.signal(RunWorkflow.note, ControlRequest(actor=caller.name, reason="cancel"))
     await handle.cancel()
     return Accepted(run_id=run_id, detail="cancellation requested")
+
+
+async def _live_run(
+    client: Client, run_id: str, caller: Principal, action: str, others: Role
+) -> WorkflowHandle[Any, Any]:
+    """A run that has not ended, which `caller` may `action`: as its owner, or holding the
+    role `others` that acts on anyone's runs."""
+    handle, desc = await _describe(client, run_id)
+    if not caller.may(others) and await desc.memo_value("owner", None) != caller.name:
+        raise HTTPException(403, f"submitters may {action} only the runs they started")
+    if (status := _status_of(desc)) in FINAL_RUN_STATUSES:
+        raise HTTPException(409, f"run '{run_id}' has already ended ({status})")
+    return handle
+
+
+@router.post("/{run_id}/pause", status_code=202)
+async def pause_run(
+    run_id: str, client: TemporalClient, caller: Submitter, body: ReasonRequest | None = None
+) -> Accepted:
+    """Pause a run: the call in flight finishes, then it waits for `resume`."""
+    handle = await _live_run(client, run_id, caller, "pause", others="approver")
+    reason = body.reason if body else None
+    await handle.signal(RunWorkflow.pause, ControlRequest(actor=caller.name, reason=reason))
+    return Accepted(run_id=run_id, detail="pause requested")
+
+
+@router.post("/{run_id}/resume", status_code=202)
+async def resume_run(
+    run_id: str, client: TemporalClient, caller: Submitter, body: ReasonRequest | None = None
+) -> Accepted:
+    """Resume a run paused on request (a budget pause needs a bigger budget)."""
+    handle = await _live_run(client, run_id, caller, "resume", others="approver")
+    reason = body.reason if body else None
+    await handle.signal(RunWorkflow.resume, ControlRequest(actor=caller.name, reason=reason))
+    return Accepted(run_id=run_id, detail="resume requested")
+
+
+@router.post("/{run_id}/budget", status_code=202)
+async def change_budget(
+    run_id: str, body: Limits, client: TemporalClient, settings: SettingsDep, caller: Approver
+) -> Accepted:
+    """Change a run's limits (within the server's ceilings); a budget pause then lifts."""
+    errors = check_limits(body, settings.budget_ceilings, ("body",))
+    if errors:
+        raise RequestValidationError(
+            [{"type": "value_error", "loc": e.loc, "msg": e.msg, "input": None} for e in errors]
+        )
+    handle = await _live_run(client, run_id, caller, "change the budget of", others="approver")
+    await handle.signal(RunWorkflow.set_budget, BudgetChange(limits=body, actor=caller.name))
+    return Accepted(run_id=run_id, detail="budget change delivered")
+
+
+@router.get("/{run_id}/audit")
+async def get_audit(run_id: str, client: TemporalClient, caller: Reader) -> AuditTrail:
+    """Every decision about the run, oldest first: who, when, what and why."""
+    handle, _ = await _describe(client, run_id)
+    trail: AuditTrail = await _query(handle, RunWorkflow.audit)
+    return trail
