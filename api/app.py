@@ -14,6 +14,7 @@ from temporalio.service import RPCError
 
 from api.deps import TemporalGateway
 from api.routes import health, runs
+from longrun.policy import load_policy
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
 
@@ -112,6 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Durable runs for long AI agent jobs, on Temporal.",
     )
     app.state.settings = settings
+    app.state.policy = load_policy(settings.policy_file)  # a bad file stops start-up
     app.state.temporal = TemporalGateway(settings)
     app.include_router(health.router)
     app.include_router(runs.router)

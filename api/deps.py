@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from temporalio.client import Client
 
+from longrun.policy import Policy
 from longrun.settings import Settings
 from longrun.temporal import connect
 
@@ -53,6 +54,13 @@ async def get_client(request: Request) -> Client:
     return await gateway.client()
 
 
+def app_policy(request: Request) -> Policy:
+    """This app's permission policy."""
+    policy: Policy = request.app.state.policy
+    return policy
+
+
 SettingsDep = Annotated[Settings, Depends(app_settings)]
+PolicyDep = Annotated[Policy, Depends(app_policy)]
 Gateway = Annotated[TemporalGateway, Depends(gateway)]
 TemporalClient = Annotated[Client, Depends(get_client)]

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from longrun.policy import Policy
+
 STEP_ID_PATTERN = r"^[a-z0-9_-]{1,64}$"
 LABEL_KEY_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 LABEL_VALUE_PATTERN = r"^[A-Za-z0-9_.-]{1,63}$"
@@ -237,6 +239,7 @@ class RunConfig(BaseModel):
 
     default_model: str
     prices: dict[str, Price] = Field(default_factory=dict)
+    policy: Policy = Field(default_factory=Policy)
 
 
 class AgentSpec(BaseModel):

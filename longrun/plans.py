@@ -24,6 +24,7 @@ from longrun.contracts import (
     Step,
     ToolCheck,
 )
+from longrun.policy import Policy
 
 _TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _REFERENCE = re.compile(r"^\s*steps\.([a-z0-9_-]{1,64})\.output((?:\.[A-Za-z0-9_-]+)*)\s*$")
@@ -147,7 +148,9 @@ def _templated_fields(step: Step) -> Iterator[tuple[Loc, str]]:
         yield ("approval", "message"), step.approval.message
 
 
-def validate_plan(plan: Plan, tools: Mapping[str, ToolCatalogue]) -> list[PlanError]:
+def validate_plan(
+    plan: Plan, tools: Mapping[str, ToolCatalogue], policy: Policy | None = None
+) -> list[PlanError]:
     """Check what a schema cannot: ids, dependencies, cycles, references, tools and their args."""
     errors: list[PlanError] = []
     base: Loc = ("body", "plan", "steps")
@@ -220,6 +223,14 @@ def validate_plan(plan: Plan, tools: Mapping[str, ToolCatalogue]) -> list[PlanEr
                     )
                 )
                 continue
+            if policy is not None and not policy.allows(step.tool):
+                errors.append(
+                    PlanError(
+                        loc=(*base, i, "tool"),
+                        msg=f"tool '{step.tool}' is not allowed by this server's policy",
+                    )
+                )
+                continue
             try:
                 spec.args_model.model_validate(step.args)
             except ValidationError as exc:
@@ -230,12 +241,15 @@ def validate_plan(plan: Plan, tools: Mapping[str, ToolCatalogue]) -> list[PlanEr
     return errors
 
 
-def normalize_plan(plan: Plan, tools: Mapping[str, ToolCatalogue]) -> Plan:
+def normalize_plan(
+    plan: Plan, tools: Mapping[str, ToolCatalogue], policy: Policy | None = None
+) -> Plan:
     """Fill in defaults the workflow relies on: explicit dependencies and approval gates.
 
-    A tool step's `requires_approval` defaults to whether its call is irreversible.
-    Call only on a plan that `validate_plan` accepted.
+    A tool step's `requires_approval` defaults to the policy's default for the call (by
+    default: whether it is irreversible). Call only on a plan `validate_plan` accepted.
     """
+    policy = policy or Policy()
     deps = dependencies(plan)
     steps = []
     for step in plan.steps:
@@ -245,7 +259,7 @@ def normalize_plan(plan: Plan, tools: Mapping[str, ToolCatalogue]) -> Plan:
             if step.tool is not None:
                 spec = tools[step.tool]
                 effect = spec.side_effect_of(spec.args_model.model_validate(step.args))
-                gate = effect is SideEffect.IRREVERSIBLE
+                gate = policy.default_approval(step.tool, effect)
         steps.append(
             step.model_copy(update={"depends_on": deps[step.id], "requires_approval": gate})
         )
@@ -342,7 +356,9 @@ def effective_budget(requested: Budget | None, defaults: Limits, ceilings: Limit
     return Budget(**chosen, on_budget_exhausted=requested.on_budget_exhausted)
 
 
-def validate_agent(body: RunRequest, tools: Mapping[str, ToolCatalogue]) -> list[PlanError]:
+def validate_agent(
+    body: RunRequest, tools: Mapping[str, ToolCatalogue], policy: Policy | None = None
+) -> list[PlanError]:
     """Check a goal-only request: known tools, unique criteria, valid check arguments.
 
     With an explicit plan, the agent-only fields are refused rather than ignored.
@@ -362,6 +378,13 @@ def validate_agent(body: RunRequest, tools: Mapping[str, ToolCatalogue]) -> list
             known = ", ".join(sorted(tools))
             errors.append(
                 PlanError(loc=("body", "tools", i), msg=f"unknown tool '{name}' (known: {known})")
+            )
+        elif policy is not None and not policy.allows(name):
+            errors.append(
+                PlanError(
+                    loc=("body", "tools", i),
+                    msg=f"tool '{name}' is not allowed by this server's policy",
+                )
             )
     seen: set[str] = set()
     for i, criterion in enumerate(body.acceptance or []):

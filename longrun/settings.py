@@ -45,6 +45,7 @@ class Settings(BaseSettings):
         description='USD per million tokens, JSON: {"gpt-4.1-mini": {"input": 0.4, "output": 1.6}}',
     )
     max_steps: int = Field(40, alias="LONGRUN_MAX_STEPS", ge=1, le=1000)
+    policy_file: Path | None = Field(None, alias="LONGRUN_POLICY_FILE")
     budget_defaults: Limits = Field(default_factory=Limits, alias="LONGRUN_BUDGET_DEFAULTS")
     budget_ceilings: Limits = Field(default_factory=Limits, alias="LONGRUN_BUDGET_CEILINGS")
     model_timeout_s: float = Field(120.0, alias="LONGRUN_MODEL_TIMEOUT_S", gt=0)

@@ -47,7 +47,6 @@ with workflow.unsafe.imports_passed_through():
         PlanRequest,
         RunInput,
         RunState,
-        SideEffect,
         ToolCallRequest,
         ToolCheck,
         Verdict,
@@ -327,14 +326,19 @@ class AgentLoop:
         """Run one tool call the model asked for; the answer is what the model is told."""
         self._tool_calls += 1
         step_id = f"{item.id}-t{self._tool_calls}"
-        if call.name not in self._spec.tools:
+        policy = self._inp.config.policy
+        if call.name not in self._spec.tools or not policy.allows(call.name):
             state = self._run.add_step(step_id, "tool")
-            refusal = f"refused: '{call.name}' is not in this run's tools"
+            refusal = (
+                f"refused: '{call.name}' is not in this run's tools"
+                if policy.allows(call.name)
+                else f"refused: '{call.name}' is forbidden by the server's policy"
+            )
             self._run.settle(state, "skipped", error=refusal)
             self._run.record("longrun", "refused", f"{step_id}: {refusal}")
             allowed = ", ".join(self._spec.tools) or "(none)"
             return (
-                f"Refused: the tool '{call.name}' is not allowed in this run, so nothing ran. "
+                f"Refused ({refusal}): the tool is not allowed in this run, so nothing ran. "
                 f"Allowed tools: {allowed}."
             )
         spec = REGISTRY[call.name]
@@ -347,10 +351,12 @@ class AgentLoop:
             return f"Invalid arguments for {call.name}, nothing ran: {exc}"
 
         state = self._run.add_step(step_id, "tool")
-        if spec.side_effect_of(parsed) is SideEffect.IRREVERSIBLE:
+        if policy.needs_approval(call.name, args, spec.side_effect_of(parsed)):
+            why = policy.binding_approval(call.name, args)
             record = await self._run.request_approval(
                 step_id,
-                f"agent step '{item.id}' wants to run {call.name} {preview(args)}",
+                f"agent step '{item.id}' wants to run {call.name} {preview(args)}"
+                + (f" ({why})" if why else ""),
                 arguments={"tool": call.name, "args": args},
             )
             if record.decision == "reject":

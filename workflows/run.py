@@ -358,10 +358,15 @@ class RunWorkflow:
         except plans.ReferenceError_ as exc:
             raise StepFailed(str(exc)) from None
 
-        if step.approval is not None or step.requires_approval:
+        binding = None
+        if step.tool is not None:
+            binding = self._inp.config.policy.binding_approval(step.tool, resolved)
+        if step.approval is not None or step.requires_approval or binding:
             summary = (
                 resolved.get("message") or f"{step.kind} step '{step.id}': {preview(resolved)}"
             )
+            if binding:
+                summary += f" ({binding})"
             record = await self.request_approval(step.id, summary, arguments=resolved)
             if record.decision == "reject":
                 if step.on_reject == "skip":

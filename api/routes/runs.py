@@ -29,7 +29,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
 from api.auth import Approver, Principal, Reader, Submitter
-from api.deps import Gateway, SettingsDep, TemporalClient
+from api.deps import Gateway, PolicyDep, SettingsDep, TemporalClient
 from api.schemas import (
     Accepted,
     DecisionRequest,
@@ -64,6 +64,7 @@ from longrun.plans import (
     validate_agent,
     validate_plan,
 )
+from longrun.policy import Policy
 from longrun.settings import Role, Settings
 from workflows import LABELS_ATTRIBUTE, STATUS_ATTRIBUTE, RunWorkflow
 
@@ -164,11 +165,11 @@ def _fingerprint(body: RunRequest) -> str:
     return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
 
 
-def _run_input(body: RunRequest, settings: Settings) -> RunInput:
+def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput:
     """The workflow input for a request, or 422 with every problem found."""
-    errors = validate_agent(body, REGISTRY)
+    errors = validate_agent(body, REGISTRY, policy)
     if body.plan is not None:
-        errors = validate_plan(body.plan, REGISTRY) + errors
+        errors = validate_plan(body.plan, REGISTRY, policy) + errors
     if body.budget is not None:
         errors += check_limits(body.budget, settings.budget_ceilings, ("body", "budget"))
     if errors:
@@ -176,15 +177,18 @@ def _run_input(body: RunRequest, settings: Settings) -> RunInput:
             [{"type": "value_error", "loc": e.loc, "msg": e.msg, "input": None} for e in errors]
         )
     model = body.model or settings.model
-    config = RunConfig(default_model=model, prices=settings.prices)
+    config = RunConfig(default_model=model, prices=settings.prices, policy=policy)
     budget = effective_budget(body.budget, settings.budget_defaults, settings.budget_ceilings)
     common = {"run_id": "", "goal": body.goal, "labels": body.labels, "config": config}
     if body.plan is not None:
-        return RunInput(**common, plan=normalize_plan(body.plan, REGISTRY), budget=budget)
+        plan = normalize_plan(body.plan, REGISTRY, policy)
+        return RunInput(**common, plan=plan, budget=budget)
     roles = body.models or RoleModels()
     agent = AgentSpec(
         acceptance=acceptance_of(body),
-        tools=list(dict.fromkeys(body.tools if body.tools is not None else REGISTRY)),
+        tools=list(
+            dict.fromkeys(body.tools if body.tools is not None else filter(policy.allows, REGISTRY))
+        ),
         planner_model=roles.planner or model,
         actor_model=roles.actor or model,
         judge_model=roles.judge or model,
@@ -209,12 +213,13 @@ async def create_run(
     body: RunRequest,
     gateway: Gateway,
     settings: SettingsDep,
+    policy: PolicyDep,
     caller: Submitter,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
 ) -> RunCreated:
     """Start a run of an explicit plan, or of a goal the agent plans itself; a repeated
     `Idempotency-Key` returns the same run."""
-    inp = _run_input(body, settings)  # a bad request is 422 even while Temporal is down
+    inp = _run_input(body, settings, policy)  # a bad request is 422 while Temporal is down
     client = await gateway.client()
     fingerprint = _fingerprint(body)
     if idempotency_key is None:

@@ -1,0 +1,123 @@
+"""The permission policy: which tools a server allows, and which calls need a person.
+
+A TOML file (LONGRUN_POLICY_FILE) says per tool:
+
+    [tools.shell]
+    allowed = false                 # refused at submission and at call time
+
+    [tools.python]
+    approval = "always"             # or "never", or "by_side_effect" (the default)
+
+    [[tools.http_request.require_approval_when]]
+    arg = "method"
+    not_in = ["GET", "HEAD"]
+
+    [[tools.write_file.require_approval_when]]
+    arg = "path"
+    not_prefix = "out/"
+
+By default a call needs approval when it is irreversible, and a plan step may opt out with
+`"requires_approval": false`. `approval = "always"` and `require_approval_when` rules bind:
+no step can opt out of them. A run's own `tools` list can only narrow what is allowed.
+Pure code, so the workflow evaluates it on the arguments a call really gets.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class Condition(BaseModel):
+    """A test on one argument of a call; the rule holds when every given test holds."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    arg: str
+    in_: list[Any] | None = Field(None, alias="in")
+    not_in: list[Any] | None = None
+    prefix: str | None = None
+    not_prefix: str | None = None
+
+    @model_validator(mode="after")
+    def _has_a_test(self) -> Condition:
+        if all(t is None for t in (self.in_, self.not_in, self.prefix, self.not_prefix)):
+            raise ValueError("a condition needs one of in, not_in, prefix, not_prefix")
+        return self
+
+    def holds(self, args: dict[str, Any]) -> bool:
+        """Whether the call's arguments meet this condition."""
+        value = args.get(self.arg)
+        text = value if isinstance(value, str) else ""
+        return (
+            (self.in_ is None or value in self.in_)
+            and (self.not_in is None or value not in self.not_in)
+            and (self.prefix is None or text.startswith(self.prefix))
+            and (self.not_prefix is None or not text.startswith(self.not_prefix))
+        )
+
+
+class ToolPolicy(BaseModel):
+    """What the policy says about one tool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allowed: bool = True
+    approval: Literal["always", "never", "by_side_effect"] = "by_side_effect"
+    require_approval_when: list[Condition] = Field(default_factory=list)
+
+
+class Policy(BaseModel):
+    """The server's permission policy (empty: every tool allowed, gates by side effect)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+
+    def of(self, tool: str) -> ToolPolicy:
+        """The policy of one tool."""
+        return self.tools.get(tool) or ToolPolicy()
+
+    def allows(self, tool: str) -> bool:
+        """Whether the tool may be called at all."""
+        return self.of(tool).allowed
+
+    def binding_approval(self, tool: str, args: dict[str, Any]) -> str | None:
+        """Why this call needs approval whatever the step says, or None."""
+        rules = self.of(tool)
+        if rules.approval == "always":
+            return f"policy: {tool} always needs approval"
+        for condition in rules.require_approval_when:
+            if condition.holds(args):
+                rule = condition.model_dump(exclude_none=True, by_alias=True)
+                return f"policy: {tool} needs approval when {rule}"
+        return None
+
+    def default_approval(self, tool: str, effect: str) -> bool:
+        """Whether a call needs approval when the step does not say; `effect` is the
+        call's side-effect class (read_only, reversible, irreversible)."""
+        approval = self.of(tool).approval
+        if approval == "by_side_effect":
+            return effect == "irreversible"
+        return approval == "always"
+
+    def needs_approval(self, tool: str, args: dict[str, Any], effect: str) -> bool:
+        """For a call nobody opted out of: the default, or a binding rule."""
+        return self.default_approval(tool, effect) or self.binding_approval(tool, args) is not None
+
+
+class PolicyError(ValueError):
+    """The policy file cannot be used; the message says why."""
+
+
+def load_policy(path: Path | None) -> Policy:
+    """The policy in `path` (TOML), or the empty policy when no file is configured."""
+    if path is None:
+        return Policy()
+    try:
+        return Policy.model_validate(tomllib.loads(path.read_text()))
+    except (OSError, tomllib.TOMLDecodeError, ValidationError) as exc:
+        raise PolicyError(f"policy file {path}: {exc}") from exc
