@@ -80,7 +80,11 @@ def snapshot(workspace: Path) -> str:
     """The workspace's files, with the start of each small text file, for a judge to read."""
     lines: list[str] = []
     budget = SNAPSHOT_TOTAL_BYTES
-    files = sorted(p for p in workspace.rglob("*") if p.is_file() and not p.is_symlink())
+    files = sorted(
+        p
+        for p in workspace.rglob("*")
+        if p.is_file() and not p.is_symlink() and ".longrun" not in p.relative_to(workspace).parts
+    )
     for path in files[:SNAPSHOT_FILES]:
         rel = path.relative_to(workspace)
         data = path.read_bytes()[:SNAPSHOT_FILE_BYTES]

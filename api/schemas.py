@@ -58,6 +58,14 @@ class DecisionRequest(BaseModel):
     comment: str | None = Field(None, max_length=4000)
 
 
+class CancelRequest(BaseModel):
+    """Optional body of cancel: undo completed reversible steps, newest first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    compensate: bool = False
+
+
 class ReasonRequest(BaseModel):
     """Optional body of pause and resume: why, for the audit trail."""
 

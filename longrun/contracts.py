@@ -90,7 +90,7 @@ class Step(_Strict):
     approval: ApprovalSpec | None = None
     depends_on: list[StepId] | None = Field(None, max_length=1000)
     requires_approval: bool | None = None
-    on_reject: Literal["fail", "skip"] = "fail"
+    on_reject: Literal["fail", "skip", "compensate"] = "fail"
     retry: RetrySpec | None = None
     timeout_s: float | None = Field(None, gt=0, le=24 * 3600)
 
@@ -221,6 +221,7 @@ class RunRequest(_Strict):
     models: RoleModels | None = None
     max_steps: int | None = Field(None, ge=1, le=1000)
     budget: Budget | None = None
+    on_failure: Literal["stop", "compensate"] = "stop"
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=20)
 
 
@@ -268,6 +269,7 @@ class RunInput(BaseModel):
     config: RunConfig
     owner: str = "local"
     budget: Budget = Field(default_factory=Budget)
+    on_failure: Literal["stop", "compensate"] = "stop"
 
 
 Phase = Literal["planning", "acting", "verifying", "replanning", "completing"]
@@ -387,6 +389,20 @@ class ControlRequest(_Strict):
 
     actor: str
     reason: str | None = Field(None, max_length=2000)
+
+
+class CancelNote(_Strict):
+    """Signal payload sent just before a cancel: who cancels, and whether to compensate."""
+
+    actor: str
+    compensate: bool = False
+
+
+class Compensation(BaseModel):
+    """What undoing a run's completed steps achieved."""
+
+    compensated: list[str] = Field(default_factory=list)
+    not_undone: list[str] = Field(default_factory=list)
 
 
 class BudgetChange(_Strict):

@@ -122,11 +122,14 @@ async def test_file_round_trip_in_the_run_workspace(tools: Tools, tmp_path: Path
     written = await tools.run("write_file", path="notes/a.txt", content="héllo\n")
     data = "héllo\n".encode()
     sha256 = hashlib.sha256(data).hexdigest()
-    assert written == {"path": "notes/a.txt", "bytes": len(data), "sha256": sha256}
+    assert written == {"path": "notes/a.txt", "bytes": len(data), "sha256": sha256, "backup": None}
     on_disk = tmp_path / "runs" / tools.run_id / "workspace" / "notes" / "a.txt"
     assert on_disk.read_bytes() == data
     read = await tools.run("read_file", path="notes/a.txt")
     assert read == {"path": "notes/a.txt", "content": "héllo\n", "bytes": 7, "truncated": False}
+    # Writing again keeps what the first write replaced, for an undo.
+    again = await tools.run("write_file", path="notes/a.txt", content="second")
+    assert again["backup"] is None  # same step: its backup is of the state before its first try
 
 
 @pytest.mark.parametrize("tool", ["read_file", "write_file"])
@@ -346,3 +349,19 @@ def test_side_effect_classes() -> None:
     assert effect("python", code="pass") is SideEffect.IRREVERSIBLE
     assert effect("write_file", path="a", content="") is SideEffect.REVERSIBLE
     assert effect("read_file", path="a") is SideEffect.READ_ONLY
+
+
+async def test_write_file_keeps_a_backup_that_restore_file_puts_back(
+    tools: Tools, workspace: Path
+) -> None:
+    (workspace / "b.txt").write_text("original")
+    written = await tools.run("write_file", path="b.txt", content="changed")
+    assert written["backup"] == ".longrun/backups/s1.bak"
+    assert (workspace / "b.txt").read_text() == "changed"
+    restored = await tools.run("restore_file", path="b.txt", backup=written["backup"])
+    assert restored["restored"] is True
+    assert (workspace / "b.txt").read_text() == "original"
+    removed = await tools.run("restore_file", path="b.txt")
+    assert removed["removed"] is True and not (workspace / "b.txt").exists()
+    err = await tools.fail("restore_file", path="b.txt", backup="../../etc/passwd")
+    assert err.type == "InvalidArgs"

@@ -374,6 +374,7 @@ class AgentLoop:
             self._observe(f"{call.name} {preview(args)} failed: {message}")
             return f"The tool failed: {message}"
         state.attempts = result.attempt
+        self._run.completed_call(step_id, call.name, args, result.output)
         self._run.settle(state, "completed", output=result.output)
         text = json.dumps(result.output)
         self._observe(f"{call.name} {preview(args)} -> {text[:OBSERVATION_CHARS]}")

@@ -23,7 +23,12 @@ PREVIEW_CHARS = 500
 
 
 class StepFailed(Exception):
-    """A step ended in failure; the run fails with this message."""
+    """A step ended in failure; the run fails with this message (and first undoes its
+    completed steps when `compensate`)."""
+
+    def __init__(self, message: str, *, compensate: bool = False) -> None:
+        super().__init__(message)
+        self.compensate = compensate
 
 
 def retry_policy(spec: RetrySpec | None) -> RetryPolicy:

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     # Safe to pass through: pydantic models and pure functions, no I/O at import. Passing
     # them through keeps one class identity for the pydantic data converter.
     from activities.model import ModelActivities  # for the method reference only
+    from activities.tools import REGISTRY  # read for compensations and side-effect classes
     from longrun import plans
     from longrun.contracts import (
         LIVE_RUN_STATUSES,
@@ -42,6 +43,8 @@ with workflow.unsafe.imports_passed_through():
         AuditTrail,
         BudgetChange,
         BudgetView,
+        CancelNote,
+        Compensation,
         ControlRequest,
         LimitUse,
         ModelRequest,
@@ -52,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
         RunState,
         RunStatusName,
+        SideEffect,
         Step,
         StepKind,
         StepState,
@@ -89,6 +93,9 @@ class RunWorkflow:
             AuditEntry(at=self._started, actor=inp.owner, action="submitted", detail=inp.goal)
         ]
         self._pause_request: ControlRequest | None = None
+        self._compensate_on_cancel = False
+        # Completed tool calls, oldest first: (step id, tool, arguments, output).
+        self._completed_calls: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = []
         self._pause_reason: Literal["budget", "requested"] | None = None
         self._exhausted: list[str] = []
         self._status: RunStatusName = "running"
@@ -155,10 +162,11 @@ class RunWorkflow:
         self._budget = self._budget.model_copy(update=given)
         self.record(change.actor, "budget", json.dumps(given, sort_keys=True))
 
-    @workflow.signal(name="note")
-    def note(self, request: ControlRequest) -> None:
-        """Record a decision taken outside the workflow (a cancel request and its actor)."""
-        self.record(request.actor, request.reason or "note")
+    @workflow.signal(name="cancelling")
+    def cancelling(self, note: CancelNote) -> None:
+        """Sent just before a cancel: who cancels, and whether completed steps are undone."""
+        self.record(note.actor, "cancel", "compensate" if note.compensate else None)
+        self._compensate_on_cancel = note.compensate
 
     @workflow.signal(name="decide")
     def decide(self, decision: ApprovalDecision) -> None:
@@ -197,13 +205,49 @@ class RunWorkflow:
                     if s.id not in depended_on and self._steps[s.id].status == "completed"
                 }
         except asyncio.CancelledError:
+            if self._compensate_on_cancel:
+                self._result = (await self._compensate()).model_dump()
             self._finish("cancelled", "cancelled on request")
             raise
         except StepFailed as exc:
+            if exc.compensate or inp.on_failure == "compensate":
+                self._result = (await self._compensate()).model_dump()
             self._finish("failed", str(exc))
             raise ApplicationError(str(exc), type="RunFailed", non_retryable=True) from None
         self._finish("completed", None)
         return RunResult(outputs=self._result or {})
+
+    # --- compensation ---------------------------------------------------------------------
+
+    def completed_call(
+        self, step_id: str, tool: str, args: dict[str, Any], output: dict[str, Any]
+    ) -> None:
+        """Remember a completed tool call, in case the run must undo it."""
+        self._completed_calls.append((step_id, tool, args, output))
+
+    async def _compensate(self) -> Compensation:
+        """Undo completed reversible calls once each, newest first; list what stays done."""
+        outcome = Compensation()
+        for step_id, tool, args, output in reversed(self._completed_calls):
+            spec = REGISTRY[tool]
+            undo = spec.undo(args, output)
+            if undo is None:
+                effect = spec.side_effect_of(spec.args_model.model_validate(args))
+                if effect is SideEffect.IRREVERSIBLE:
+                    outcome.not_undone.append(step_id)
+                    self.record("longrun", "not undone", f"{step_id}: {tool} is irreversible")
+                continue
+            undo_tool, undo_args = undo
+            try:
+                await self.run_tool(f"{step_id}-undo", undo_tool, undo_args)
+            except ActivityError as exc:
+                message, _ = failure_of(exc)
+                outcome.not_undone.append(step_id)
+                self.record("longrun", "not undone", f"{step_id}: {message}")
+                continue
+            outcome.compensated.append(step_id)
+            self.record("longrun", "compensated", f"{step_id}: {undo_tool}")
+        return outcome
 
     # --- budget, pauses, audit ----------------------------------------------------------------
 
@@ -316,7 +360,8 @@ class RunWorkflow:
             raise
         except StepFailed as exc:
             self.settle(state, "failed", error=str(exc))
-            raise StepFailed(f"step '{step.id}' failed: {exc}") from None
+            message = f"step '{step.id}' failed: {exc}"
+            raise StepFailed(message, compensate=exc.compensate) from None
         if output is None:
             self.settle(state, "skipped")
         else:
@@ -372,7 +417,10 @@ class RunWorkflow:
                 if step.on_reject == "skip":
                     return None
                 reason = f": {record.comment}" if record.comment else ""
-                raise StepFailed(f"rejected by {record.decided_by}{reason}")
+                raise StepFailed(
+                    f"rejected by {record.decided_by}{reason}",
+                    compensate=step.on_reject == "compensate",
+                )
             if step.approval is not None:
                 state.started_at = state.finished_at = workflow.now()
                 return {"approved_by": record.decided_by, "comment": record.comment}
@@ -450,6 +498,7 @@ class RunWorkflow:
         result = await self.run_tool(
             step.id, step.tool, args, retry=step.retry, timeout_s=step.timeout_s
         )
+        self.completed_call(step.id, step.tool, args, result.output)
         state.attempts = result.attempt
         return result.output
 

@@ -8,6 +8,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import signal
 import ssl
 import sys
@@ -269,6 +270,9 @@ class WriteFileArgs(_PathArgs):
     content: str = Field(max_length=10 * 1024 * 1024)
 
 
+BACKUPS = Path(".longrun") / "backups"  # inside the workspace: what write_file replaced
+
+
 def _write_atomically(target: Path, data: bytes) -> None:
     # Write a fresh temporary file (created exclusively, so no planted symlink is
     # followed), then rename it over the target: a retry never sees a half-written file.
@@ -282,13 +286,55 @@ def _write_atomically(target: Path, data: bytes) -> None:
             os.unlink(name)
 
 
-@tool("write_file", args=WriteFileArgs, side_effect=SideEffect.REVERSIBLE)
+def _undo_write(args: WriteFileArgs, output: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return "restore_file", {"path": args.path, "backup": output.get("backup")}
+
+
+@tool("write_file", args=WriteFileArgs, side_effect=SideEffect.REVERSIBLE, compensate=_undo_write)
 async def write_file(args: WriteFileArgs, ctx: ToolContext) -> dict[str, Any]:
     """Write a text file in the run's workspace, atomically, replacing any earlier content."""
     target = confine(ctx.workspace, args.path)
     if target.is_dir():
         raise fatal(f"'{args.path}' is a directory in the run's workspace")
     target.parent.mkdir(parents=True, exist_ok=True)
+    # Keep what this step replaces, once: a retry must not back up its own first write.
+    backup = BACKUPS / f"{ctx.step_id}.bak"
+    marker = BACKUPS / f"{ctx.step_id}.new"
+    if not (ctx.workspace / backup).exists() and not (ctx.workspace / marker).exists():
+        (ctx.workspace / BACKUPS).mkdir(parents=True, exist_ok=True)
+        if target.is_file():
+            await asyncio.to_thread(shutil.copyfile, target, ctx.workspace / backup)
+        else:
+            (ctx.workspace / marker).touch()
     data = args.content.encode()
     await asyncio.to_thread(_write_atomically, target, data)
-    return {"path": args.path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return {
+        "path": args.path,
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "backup": str(backup) if (ctx.workspace / backup).exists() else None,
+    }
+
+
+class RestoreFileArgs(_PathArgs):
+    backup: str | None = Field(None, max_length=1024, description="unset: remove the file")
+
+    @field_validator("backup")
+    @classmethod
+    def _relative_backup(cls, backup: str | None) -> str | None:
+        return None if backup is None else check_relative(backup)
+
+
+@tool("restore_file", args=RestoreFileArgs, side_effect=SideEffect.IRREVERSIBLE)
+async def restore_file(args: RestoreFileArgs, ctx: ToolContext) -> dict[str, Any]:
+    """Put back a file's earlier content from a backup, or remove it if it had none."""
+    target = confine(ctx.workspace, args.path)
+    if args.backup is None:
+        target.unlink(missing_ok=True)
+        return {"path": args.path, "restored": False, "removed": True}
+    source = confine(ctx.workspace, args.backup)
+    if not source.is_file():
+        raise fatal(f"no backup '{args.backup}' in the run's workspace", type="NotFound")
+    data = await asyncio.to_thread(source.read_bytes)
+    await asyncio.to_thread(_write_atomically, target, data)
+    return {"path": args.path, "restored": True, "removed": False}

@@ -38,6 +38,7 @@ class ToolContext:
 
 
 ToolFn = Callable[[Any, ToolContext], Awaitable[dict[str, Any]]]
+Compensation = Callable[[Any, dict[str, Any]], tuple[str, dict[str, Any]] | None]
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class ToolSpec:
     args_model: type[BaseModel]
     side_effect: SideEffect | Callable[[Any], SideEffect]
     fn: ToolFn
+    compensation: Compensation | None = None
 
     @property
     def activity_name(self) -> str:
@@ -61,20 +63,36 @@ class ToolSpec:
             return self.side_effect
         return self.side_effect(args)
 
+    def undo(
+        self, args: dict[str, Any], output: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The call (tool name and arguments) that undoes a completed call, if there is one."""
+        if self.compensation is None:
+            return None
+        return self.compensation(self.args_model.model_validate(args), output)
+
 
 REGISTRY: dict[str, ToolSpec] = {}
 
 
 def tool(
-    name: str, *, args: type[BaseModel], side_effect: SideEffect | Callable[[Any], SideEffect]
+    name: str,
+    *,
+    args: type[BaseModel],
+    side_effect: SideEffect | Callable[[Any], SideEffect],
+    compensate: Compensation | None = None,
 ) -> Callable[[ToolFn], ToolFn]:
-    """Register `fn` as the tool `name`; its docstring's first line describes it."""
+    """Register `fn` as the tool `name`; its docstring's first line describes it.
+
+    A reversible tool passes `compensate`: from a call's arguments and output, the tool call
+    that undoes it.
+    """
 
     def register(fn: ToolFn) -> ToolFn:
         if name in REGISTRY:
             raise ValueError(f"tool '{name}' is registered twice")
         description = (fn.__doc__ or name).strip().splitlines()[0]
-        REGISTRY[name] = ToolSpec(name, description, args, side_effect, fn)
+        REGISTRY[name] = ToolSpec(name, description, args, side_effect, fn, compensate)
         return fn
 
     return register

@@ -32,6 +32,7 @@ from api.auth import Approver, Principal, Reader, Submitter
 from api.deps import Gateway, PolicyDep, SettingsDep, TemporalClient
 from api.schemas import (
     Accepted,
+    CancelRequest,
     DecisionRequest,
     Links,
     ReasonRequest,
@@ -48,6 +49,7 @@ from longrun.contracts import (
     ApprovalDecision,
     AuditTrail,
     BudgetChange,
+    CancelNote,
     ControlRequest,
     Limits,
     RoleModels,
@@ -179,7 +181,13 @@ def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput
     model = body.model or settings.model
     config = RunConfig(default_model=model, prices=settings.prices, policy=policy)
     budget = effective_budget(body.budget, settings.budget_defaults, settings.budget_ceilings)
-    common = {"run_id": "", "goal": body.goal, "labels": body.labels, "config": config}
+    common = {
+        "run_id": "",
+        "goal": body.goal,
+        "labels": body.labels,
+        "config": config,
+        "on_failure": body.on_failure,
+    }
     if body.plan is not None:
         plan = normalize_plan(body.plan, REGISTRY, policy)
         return RunInput(**common, plan=plan, budget=budget)
@@ -377,10 +385,15 @@ async def decide_approval(
 
 
 @router.post("/{run_id}/cancel", status_code=202)
-async def cancel_run(run_id: str, client: TemporalClient, caller: Submitter) -> Accepted:
+async def cancel_run(
+    run_id: str, client: TemporalClient, caller: Submitter, body: CancelRequest | None = None
+) -> Accepted:
     """Cancel a run; running activities are cancelled through their heartbeats."""
     handle = await _live_run(client, run_id, caller, "cancel", others="admin")
-    await handle.signal(RunWorkflow.note, ControlRequest(actor=caller.name, reason="cancel"))
+    compensate = body.compensate if body else False
+    await handle.signal(
+        RunWorkflow.cancelling, CancelNote(actor=caller.name, compensate=compensate)
+    )
     await handle.cancel()
     return Accepted(run_id=run_id, detail="cancellation requested")
 
