@@ -76,3 +76,5 @@ def _admits(*roles: Role) -> Callable[[Principal], Principal]:
 Reader = Annotated[Principal, Depends(_admits("viewer", "submitter", "approver"))]
 Submitter = Annotated[Principal, Depends(_admits("submitter"))]
 Approver = Annotated[Principal, Depends(_admits("approver"))]
+# Pause and resume: submitters on their own runs, approvers on any.
+Operator = Annotated[Principal, Depends(_admits("submitter", "approver"))]

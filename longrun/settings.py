@@ -58,6 +58,11 @@ class Settings(BaseSettings):
 
     trace_console: bool = Field(False, alias="LONGRUN_TRACE_CONSOLE")
 
+    secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        alias="LONGRUN_SECRETS",
+        description="JSON name -> value; tools name them, only activities read them",
+    )
     api_keys: list[ApiKey] = Field(default_factory=list, alias="LONGRUN_API_KEYS")
     four_eyes: bool = Field(False, alias="LONGRUN_FOUR_EYES")
 

@@ -80,6 +80,17 @@ async def test_who_may_read_decide_and_cancel(
     for who in ("viewer", "approver", "sub2"):
         assert (await http.post(f"{run_url}/cancel", headers=bearer(who))).status_code == 403
 
+    assert (await http.get(f"{run_url}/audit", headers=bearer("viewer"))).status_code == 200
+    assert (await http.get(f"{run_url}/audit")).status_code == 401
+    budget = f"{run_url}/budget"
+    for who, code in [("viewer", 403), ("sub", 403), ("approver", 202), ("admin", 202)]:
+        response = await http.post(budget, json={"max_tool_calls": 9}, headers=bearer(who))
+        assert response.status_code == code, who
+    for action in ("pause", "resume"):
+        for who, code in [("viewer", 403), ("sub2", 403), ("sub", 202), ("approver", 202)]:
+            response = await http.post(f"{run_url}/{action}", headers=bearer(who))
+            assert response.status_code == code, (action, who)
+
     response = await http.post(decide, json={"decision": "approve"}, headers=bearer("approver"))
     assert response.status_code == 202
     run = await wait_run(run_id, http=http, headers=bearer("viewer"))

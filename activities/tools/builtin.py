@@ -52,10 +52,26 @@ async def echo(args: EchoArgs, ctx: ToolContext) -> dict[str, Any]:
 # --- http_request --------------------------------------------------------------------------
 
 
+class SecretRef(_Args):
+    """Names a secret from LONGRUN_SECRETS; only the activity sees its value."""
+
+    secret: str = Field(min_length=1, max_length=200)
+
+
+def reveal(ctx: ToolContext, value: str | SecretRef) -> str:
+    """A plain value as is; a secret's value, looked up at the last moment."""
+    if isinstance(value, str):
+        return value
+    found = ctx.settings.secrets.get(value.secret)
+    if found is None:
+        raise fatal(f"no secret named '{value.secret}' is configured (LONGRUN_SECRETS)")
+    return found.get_secret_value()
+
+
 class HttpRequestArgs(_Args):
     method: Literal["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"] = "GET"
     url: str = Field(min_length=1, max_length=8192)
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str | SecretRef] = Field(default_factory=dict)
     body: str | dict[str, Any] | list[Any] | None = None
     timeout_s: float = Field(30.0, gt=0, le=600)
     raise_for_status: bool = True
@@ -92,7 +108,10 @@ async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any
         raise fatal(
             f"'{pair}' is not allowed; allowed: {', '.join(allowed)} (LONGRUN_HTTP_ALLOW_HOSTS)"
         )
-    headers = {"Idempotency-Key": ctx.idempotency_key, **args.headers}
+    headers = {
+        "Idempotency-Key": ctx.idempotency_key,
+        **{name: reveal(ctx, value) for name, value in args.headers.items()},
+    }
     content: bytes | None = None
     if isinstance(args.body, str):
         content = args.body.encode()
@@ -149,9 +168,16 @@ async def _read_capped(stream: asyncio.StreamReader | None, cap: int) -> tuple[s
 
 
 async def _run_process(
-    argv: list[str], ctx: ToolContext, *, timeout_s: float, check: bool, stdin: bytes | None = None
+    argv: list[str],
+    ctx: ToolContext,
+    *,
+    timeout_s: float,
+    check: bool,
+    stdin: bytes | None = None,
+    secret_env: dict[str, SecretRef] | None = None,
 ) -> dict[str, Any]:
     env = {
+        **{name: reveal(ctx, ref) for name, ref in (secret_env or {}).items()},
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(ctx.workspace),
         "LANG": "C.UTF-8",
@@ -206,6 +232,9 @@ class ShellArgs(_Args):
     timeout_s: float = Field(60.0, gt=0, le=3600)
     check: bool = True
     stdin: str | None = None
+    secret_env: dict[str, SecretRef] = Field(
+        default_factory=dict, description="environment variables set from named secrets"
+    )
 
 
 @tool("shell", args=ShellArgs, side_effect=SideEffect.IRREVERSIBLE)
@@ -213,7 +242,12 @@ async def shell(args: ShellArgs, ctx: ToolContext) -> dict[str, Any]:
     """Run a command (an argv list, no shell) in the run's workspace."""
     stdin = args.stdin.encode() if args.stdin is not None else None
     return await _run_process(
-        args.argv, ctx, timeout_s=args.timeout_s, check=args.check, stdin=stdin
+        args.argv,
+        ctx,
+        timeout_s=args.timeout_s,
+        check=args.check,
+        stdin=stdin,
+        secret_env=args.secret_env,
     )
 
 

@@ -28,7 +28,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
-from api.auth import Approver, Principal, Reader, Submitter
+from api.auth import Approver, Operator, Principal, Reader, Submitter
 from api.deps import Gateway, PolicyDep, SettingsDep, TemporalClient
 from api.schemas import (
     Accepted,
@@ -413,7 +413,7 @@ async def _live_run(
 
 @router.post("/{run_id}/pause", status_code=202)
 async def pause_run(
-    run_id: str, client: TemporalClient, caller: Submitter, body: ReasonRequest | None = None
+    run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
     """Pause a run: the call in flight finishes, then it waits for `resume`."""
     handle = await _live_run(client, run_id, caller, "pause", others="approver")
@@ -424,7 +424,7 @@ async def pause_run(
 
 @router.post("/{run_id}/resume", status_code=202)
 async def resume_run(
-    run_id: str, client: TemporalClient, caller: Submitter, body: ReasonRequest | None = None
+    run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
     """Resume a run paused on request (a budget pause needs a bigger budget)."""
     handle = await _live_run(client, run_id, caller, "resume", others="approver")

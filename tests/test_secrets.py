@@ -1,0 +1,156 @@
+"""Secrets and API keys stay out of workflow history: tools name a secret, activities
+resolve it, and the exported history never contains a value."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import SecretStr
+from temporalio.worker import Worker
+
+from api.app import create_app
+from api.auth import hash_key
+from longrun.devstack import TemporalDevServer, temporal_binary
+from longrun.settings import ApiKey, Settings
+from tests.helpers import Poll, ServerThread
+
+SECRET = "Bearer s3cr3t-VALUE-9f2c"
+API_KEY = "api-key-7d41-never-in-history"
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """The test settings, with one secret and one API key."""
+    return settings.model_copy(
+        update={
+            "secrets": {"svc_token": SecretStr(SECRET)},
+            "api_keys": [ApiKey(name="ops", sha256=hash_key(API_KEY), roles=["admin"])],
+        }
+    )
+
+
+@pytest.fixture
+def guarded() -> Iterator[str]:
+    """A service that answers only with the right Authorization header."""
+    app = FastAPI()
+
+    @app.get("/private")
+    async def private(request: Request) -> JSONResponse:
+        ok = request.headers.get("authorization") == SECRET
+        return JSONResponse({"ok": ok}, status_code=200 if ok else 401)
+
+    with ServerThread(app) as server:
+        yield server.url
+
+
+@pytest.fixture
+async def http(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(settings))
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://api", headers=headers) as c:
+        yield c
+
+
+def readable(exported: str) -> str:
+    """The exported history with every payload decoded (the CLI prints them as base64)."""
+    texts = [exported]
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+        elif isinstance(node, str):
+            with contextlib.suppress(ValueError):
+                texts.append(base64.b64decode(node, validate=True).decode())
+
+    walk(json.loads(exported))
+    return "\n".join(texts)
+
+
+async def test_secret_values_never_reach_history(
+    http: httpx.AsyncClient,
+    worker: Worker,
+    guarded: str,
+    wait_run: Poll,
+    temporal_server: TemporalDevServer,
+) -> None:
+    token = {"secret": "svc_token"}
+    digest = hashlib.sha256(SECRET.encode()).hexdigest()
+    plan = {
+        "steps": [
+            {
+                "id": "call",
+                "tool": "http_request",
+                "args": {"url": f"{guarded}/private", "headers": {"Authorization": token}},
+            },
+            {
+                "id": "env",
+                "tool": "shell",
+                "args": {
+                    # Compares a digest, so the plan itself holds no secret.
+                    "argv": ["sh", "-c", f'printf %s "$TOKEN" | sha256sum | grep -q {digest}'],
+                    "secret_env": {"TOKEN": token},
+                },
+                "requires_approval": False,
+            },
+        ]
+    }
+    response = await http.post("/v1/runs", json={"goal": "use a secret", "plan": plan})
+    assert response.status_code == 202, response.text
+    run_id = response.json()["run_id"]
+    run = await wait_run(run_id, http=http)
+    assert run["status"] == "completed", run
+    assert run["steps"][0]["output"]["json"] == {"ok": True}
+
+    exported = subprocess.run(
+        [
+            temporal_binary(),
+            "workflow",
+            "show",
+            "--workflow-id",
+            run_id,
+            "--address",
+            temporal_server.address,
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    shown = readable(exported)
+    assert "svc_token" in shown  # the history names the secret...
+    assert "s3cr3t" not in shown  # ...but never holds its value
+    assert API_KEY not in shown and hash_key(API_KEY) not in shown
+
+
+async def test_an_unknown_secret_fails_the_step_by_name(
+    http: httpx.AsyncClient, worker: Worker, guarded: str, wait_run: Poll
+) -> None:
+    plan = {
+        "steps": [
+            {
+                "id": "call",
+                "tool": "http_request",
+                "args": {"url": f"{guarded}/private", "headers": {"X": {"secret": "nope"}}},
+            }
+        ]
+    }
+    run_id = (await http.post("/v1/runs", json={"goal": "g", "plan": plan})).json()["run_id"]
+    run = await wait_run(run_id, http=http)
+    assert run["status"] == "failed"
+    assert "no secret named 'nope'" in run["steps"][0]["error"]
