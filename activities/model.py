@@ -111,14 +111,16 @@ class ModelActivities:
             message, usage = await self.chat(req.model, messages, **extra)
             text = message.content or ""
             json_value: Any = None
+            json_error: str | None = None
             if req.json_schema is not None:
                 try:
                     json_value = json.loads(text)
-                except ValueError as exc:
-                    raise transient(f"model output is not valid JSON: {text[:200]!r}") from exc
+                except ValueError:
+                    json_error = f"model output is not valid JSON: {text[:200]!r}"
             return ModelResult(
                 text=text,
                 json_value=json_value,
+                json_error=json_error,
                 model=usage.model,
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,

@@ -486,6 +486,7 @@ class ModelResult(BaseModel):
 
     text: str
     json_value: Any = None
+    json_error: str | None = None
     model: str
     input_tokens: int = 0
     output_tokens: int = 0

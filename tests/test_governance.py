@@ -166,3 +166,21 @@ async def test_audit_trail_is_complete_and_ordered(
     assert times == sorted(times)
     # The trail is the same once the run has ended.
     assert (await api.get(f"/v1/runs/{run_id}/audit")).json()["entries"] == trail
+
+
+async def test_an_answer_that_must_be_retried_still_counts(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.rule(match="ledger-json", reply="not json at all", times=1)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+    run_id = await submit(
+        api,
+        [{"id": "ask", "model": {"prompt": "ledger-json please", "json_schema": schema}}],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    assert run["steps"][0]["output"]["json"] == {"ok": False}
+    assert run["steps"][0]["attempts"] == 2
+    calls = standin.calls("ledger-json")
+    assert run["usage"]["model_calls"] == len(calls) == 2
+    assert run["usage"]["input_tokens"] == 2 * (len("ledger-json please") // 4)

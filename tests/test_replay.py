@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import httpx
 from temporalio.client import Client, WorkflowHistory
@@ -89,10 +90,20 @@ async def test_fresh_histories_replay(
         "/v1/runs", json={"goal": "replay-agent: write a.txt", "tools": ["write_file"]}
     )
     runs = {"agent_goal": response.json()["run_id"]}
+    extras: dict[str, dict[str, Any]] = {
+        "compensated": {"on_failure": "compensate", "budget": {"max_tool_calls": 1}},
+    }
+    scenarios["compensated"] = [
+        {"id": "w", "tool": "write_file", "args": {"path": "w.txt", "content": "w"}},
+        {"id": "bad", "tool": "read_file", "args": {"path": "missing.txt"}},
+    ]
     for name, steps in scenarios.items():
-        runs[name] = await submit(api, steps)
+        runs[name] = await submit(api, steps, **extras.get(name, {}))
     for name, run_id in runs.items():
         run = await wait_run(run_id, lambda r: r["status"] != "running")
+        if run["status"] == "paused":  # over budget: raise it
+            await api.post(f"/v1/runs/{run_id}/budget", json={"max_tool_calls": 10})
+            run = await wait_run(run_id, lambda r: r["status"] not in ("running", "paused"))
         for approval in run["pending_approvals"]:
             decision = "reject" if name == "skipped_on_reject" else "approve"
             await api.post(

@@ -542,24 +542,35 @@ class RunWorkflow:
         self, step: Step, state: StepState, spec: dict[str, Any]
     ) -> dict[str, Any]:
         model = spec.get("model") or self._inp.config.default_model
-        result = await workflow.execute_activity_method(
-            ModelActivities.complete,
-            ModelRequest(
-                run_id=self._inp.run_id,
-                step_id=step.id,
-                model=model,
-                prompt=spec["prompt"],
-                system=spec.get("system"),
-                json_schema=spec.get("json_schema"),
-            ),
-            start_to_close_timeout=timedelta(seconds=step.timeout_s)
-            if step.timeout_s
-            else MODEL_TIMEOUT,
-            retry_policy=retry_policy(step.retry),
-            summary=f"step {step.id}: model {model}",
+        request = ModelRequest(
+            run_id=self._inp.run_id,
+            step_id=step.id,
+            model=model,
+            prompt=spec["prompt"],
+            system=spec.get("system"),
+            json_schema=spec.get("json_schema"),
         )
-        state.attempts = result.attempt
-        self.add_usage(result.model, result.input_tokens, result.output_tokens)
+        # An answer that is not the JSON asked for comes back (its tokens counted) and is
+        # asked again, up to the step's attempts; transport failures retry in Temporal.
+        answers = (step.retry or RetrySpec()).max_attempts
+        for answer in range(1, answers + 1):
+            if answer > 1:
+                await self.checkpoint()
+            result = await workflow.execute_activity_method(
+                ModelActivities.complete,
+                request,
+                start_to_close_timeout=timedelta(seconds=step.timeout_s)
+                if step.timeout_s
+                else MODEL_TIMEOUT,
+                retry_policy=retry_policy(step.retry),
+                summary=f"step {step.id}: model {model}",
+            )
+            state.attempts += result.attempt
+            self.add_usage(result.model, result.input_tokens, result.output_tokens)
+            if result.json_error is None:
+                break
+        else:
+            raise StepFailed(f"no valid JSON in {answers} answers: {result.json_error}")
         output: dict[str, Any] = {
             "text": result.text,
             "model": result.model,
