@@ -7,7 +7,6 @@ clients only, each as a local admin.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from fastapi import Depends, HTTPException, Request
 from pydantic import BaseModel
 
 from api.deps import SettingsDep
-from longrun.settings import Role
+from longrun.settings import Role, hash_key
 
 
 class Principal(BaseModel):
@@ -29,11 +28,6 @@ class Principal(BaseModel):
     def may(self, *roles: Role) -> bool:
         """Whether the caller holds one of `roles` (admins hold them all)."""
         return "admin" in self.roles or bool(self.roles & set(roles))
-
-
-def hash_key(key: str) -> str:
-    """The form in which a key is stored in settings."""
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def _is_loopback(host: str | None) -> bool:

@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     standin = sub.add_parser("standin", help="serve the offline model stand-in")
     standin.add_argument("--port", type=int, default=None)
     standin.add_argument("--scenario", action="append", default=[], help="a JSON file of rules")
+    sub.add_parser("hash-key", help="print the SHA-256 digest of an API key read from stdin")
     demo = sub.add_parser("demo", help="run the demo goal against the running API")
     demo.add_argument("--approve", action="store_true", help="approve without asking")
     args = parser.parse_args(argv)
@@ -46,6 +47,14 @@ def main(argv: list[str] | None = None) -> None:
         port = args.port or get_settings().dev_standin_port
         scenarios = [item for path in args.scenario for item in ("--scenario", path)]
         standin_server.main(["--port", str(port), *scenarios])
+    elif args.command == "hash-key":
+        from longrun.settings import hash_key
+
+        key = sys.stdin.readline().strip()
+        if not key:
+            sys.stderr.write("longrun hash-key: give the key on standard input\n")
+            sys.exit(1)
+        sys.stdout.write(hash_key(key) + "\n")
     elif args.command == "demo":
         from longrun.demo import run_demo
 

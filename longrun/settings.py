@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -20,6 +21,11 @@ class ApiKey(BaseModel):
     name: str = Field(min_length=1, max_length=100)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     roles: list[Role] = Field(min_length=1)
+
+
+def hash_key(key: str) -> str:
+    """The form in which an API key is kept in settings: its SHA-256 hex digest."""
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 class Settings(BaseSettings):

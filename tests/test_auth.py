@@ -9,8 +9,7 @@ import pytest
 from temporalio.worker import Worker
 
 from api.app import create_app
-from api.auth import hash_key
-from longrun.settings import ApiKey, Settings
+from longrun.settings import ApiKey, Settings, hash_key
 from tests.helpers import Poll
 
 KEYS = {

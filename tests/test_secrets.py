@@ -19,9 +19,8 @@ from pydantic import SecretStr
 from temporalio.worker import Worker
 
 from api.app import create_app
-from api.auth import hash_key
 from longrun.devstack import TemporalDevServer, temporal_binary
-from longrun.settings import ApiKey, Settings
+from longrun.settings import ApiKey, Settings, hash_key
 from tests.helpers import Poll, ServerThread
 
 SECRET = "Bearer s3cr3t-VALUE-9f2c"
