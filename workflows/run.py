@@ -125,7 +125,8 @@ class RunWorkflow:
                 for a in self._undecided.values()
             ],
             approvals=list(self._approvals.values()),
-            usage=self._usage,
+            # A copy: a query must not change the state it reports.
+            usage=self._usage.model_copy(update={"duration_s": self._elapsed_s()}),
             labels=self._inp.labels,
             result=self._result,
             error=self._error,
@@ -133,7 +134,6 @@ class RunWorkflow:
             pause_reason=self._pause_reason,
             exhausted=self._exhausted,
         )
-        state.usage.duration_s = self._elapsed_s()
         if self._agent is not None:
             self._agent.describe(state)
         return state
