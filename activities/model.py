@@ -92,7 +92,7 @@ class ModelActivities:
             raise transient("model answered without choices")
         usage = response.usage
         return response.choices[0].message, ModelUsage(
-            model=response.model or model,
+            model=model,  # the name asked for: prices and budgets are keyed by it
             input_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,
         )

@@ -4,7 +4,9 @@ and an expectation on its output) or judged by a model that must cite its reason
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -76,18 +78,29 @@ def evaluate(
     return Verdict(passed=True, evidence=", ".join(seen) or "all expectations hold")
 
 
+SNAPSHOT_SKIP = frozenset({".longrun", ".git", ".venv", "node_modules", "__pycache__"})
+
+
+def _files(workspace: Path) -> list[Path]:
+    found: list[Path] = []
+    for root, dirs, names in os.walk(workspace):
+        dirs[:] = sorted(d for d in dirs if d not in SNAPSHOT_SKIP)
+        found += [Path(root) / n for n in sorted(names)]
+        if len(found) > 10 * SNAPSHOT_FILES:
+            break
+    return [p for p in found if p.is_file() and not p.is_symlink()]
+
+
 def snapshot(workspace: Path) -> str:
-    """The workspace's files, with the start of each small text file, for a judge to read."""
+    """The workspace's files, with the start of each small text file, for a judge to read.
+    Blocking file work: call it in a thread."""
     lines: list[str] = []
     budget = SNAPSHOT_TOTAL_BYTES
-    files = sorted(
-        p
-        for p in workspace.rglob("*")
-        if p.is_file() and not p.is_symlink() and ".longrun" not in p.relative_to(workspace).parts
-    )
+    files = _files(workspace)
     for path in files[:SNAPSHOT_FILES]:
         rel = path.relative_to(workspace)
-        data = path.read_bytes()[:SNAPSHOT_FILE_BYTES]
+        with path.open("rb") as f:
+            data = f.read(SNAPSHOT_FILE_BYTES)
         try:
             text = data.decode()
         except UnicodeDecodeError:
@@ -131,9 +144,9 @@ class VerifyActivities:
         try:
             output = await spec.fn(spec.args_model.model_validate(args), ctx)
         except ApplicationError as exc:
-            if not exc.non_retryable:
-                raise
             error = exc.message
+        except Exception as exc:  # a check that cannot run is a failed check, not a crash
+            error = f"{type(exc).__name__}: {exc}"
         return evaluate(check.expect, output, error, workspace)
 
     async def _verify(self, req: CheckRequest) -> Verdict:
@@ -142,7 +155,8 @@ class VerifyActivities:
                 if req.tool_check is not None:
                     return await self._run_check(req, req.tool_check)
                 workspace = workspace_of(self._settings, req.run_id)
-                evidence = f"{req.observations}\n\nFiles in the workspace:\n{snapshot(workspace)}"
+                files = await asyncio.to_thread(snapshot, workspace)
+                evidence = f"{req.observations}\n\nFiles in the workspace:\n{files}"
                 return await self._model.judge(
                     req.judge_model,
                     req.goal,

@@ -214,31 +214,32 @@ def validate_plan(
                     continue
                 errors.append(PlanError(loc=(*base, i, *loc), msg=msg))
         if step.tool is not None:
-            spec = tools.get(step.tool)
-            if spec is None:
-                known = ", ".join(sorted(tools))
-                errors.append(
-                    PlanError(
-                        loc=(*base, i, "tool"), msg=f"unknown tool '{step.tool}' (known: {known})"
-                    )
-                )
-                continue
-            if policy is not None and not policy.allows(step.tool):
-                errors.append(
-                    PlanError(
-                        loc=(*base, i, "tool"),
-                        msg=f"tool '{step.tool}' is not allowed by this server's policy",
-                    )
-                )
-                continue
-            try:
-                spec.args_model.model_validate(step.args)
-            except ValidationError as exc:
-                for err in exc.errors():
-                    errors.append(
-                        PlanError(loc=(*base, i, "args", *err["loc"]), msg=str(err["msg"]))
-                    )
+            errors += check_tool_call(step.tool, step.args, (*base, i), tools, policy)
     return errors
+
+
+def check_tool_call(
+    tool: str,
+    args: dict[str, Any],
+    loc: Loc,
+    tools: Mapping[str, ToolCatalogue],
+    policy: Policy | None,
+) -> list[PlanError]:
+    """A tool call a request names: a known tool, allowed by policy, with valid arguments."""
+    spec = tools.get(tool)
+    if spec is None:
+        known = ", ".join(sorted(tools))
+        return [PlanError(loc=(*loc, "tool"), msg=f"unknown tool '{tool}' (known: {known})")]
+    if policy is not None and not policy.allows(tool):
+        msg = f"tool '{tool}' is not allowed by this server's policy"
+        return [PlanError(loc=(*loc, "tool"), msg=msg)]
+    try:
+        spec.args_model.model_validate(args)
+    except ValidationError as exc:
+        return [
+            PlanError(loc=(*loc, "args", *err["loc"]), msg=str(err["msg"])) for err in exc.errors()
+        ]
+    return []
 
 
 def normalize_plan(
@@ -396,19 +397,12 @@ def validate_agent(
         seen.add(criterion.id)
         check = criterion.check
         if isinstance(check, ToolCheck):
-            spec = tools.get(check.tool)
-            if spec is None:
-                errors.append(
-                    PlanError(loc=(*loc, "check", "tool"), msg=f"unknown tool '{check.tool}'")
-                )
-                continue
-            try:
-                spec.args_model.model_validate(check.args)
-            except ValidationError as exc:
-                for err in exc.errors():
-                    errors.append(
-                        PlanError(loc=(*loc, "check", "args", *err["loc"]), msg=str(err["msg"]))
-                    )
+            found = check_tool_call(check.tool, check.args, (*loc, "check"), tools, policy)
+            errors += found
+            why = policy.binding_approval(check.tool, check.args) if policy else None
+            if not found and why:
+                # A check runs unattended, so it cannot be a call that policy gates.
+                errors.append(PlanError(loc=(*loc, "check", "tool"), msg=f"not as a check: {why}"))
     return errors
 
 

@@ -24,6 +24,7 @@ Pure code, so the workflow evaluates it on the arguments a call really gets.
 
 from __future__ import annotations
 
+import posixpath
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -51,7 +52,10 @@ class Condition(BaseModel):
     def holds(self, args: dict[str, Any]) -> bool:
         """Whether the call's arguments meet this condition."""
         value = args.get(self.arg)
-        text = value if isinstance(value, str) else ""
+        # Compare paths as written canonically, so "./deploy/x" meets a "deploy/" rule.
+        text = posixpath.normpath(value) if isinstance(value, str) and value else ""
+        if isinstance(value, str) and value.endswith("/"):
+            text += "/"
         return (
             (self.in_ is None or value in self.in_)
             and (self.not_in is None or value not in self.not_in)

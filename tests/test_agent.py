@@ -245,3 +245,27 @@ async def test_usage_is_priced_from_the_settings_table(
     assert run["status"] == "completed"
     expected = (usage["input_tokens"] * 2.0 + usage["output_tokens"] * 8.0) / 1_000_000
     assert usage["cost_usd"] == round(expected, 6) > 0
+
+
+async def test_arguments_an_agent_must_not_send_are_refused_without_running(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    standin.scenario(
+        [
+            {"match": "agent-odd", "role": "plan", "json": plan(("one", "try things"))},
+            act("agent-odd", ("read_file", deep)),
+            act(
+                "agent-odd",
+                ("http_request", {"url": "http://127.0.0.1:1/", "headers": {"A": {"secret": "x"}}}),
+            ),
+            act("agent-odd", reply="gave up on those"),
+        ]
+    )
+    run_id = await start(api, goal="agent-odd: try", tools=["read_file", "http_request"])
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    told = [c["messages"][-1]["content"] for c in standin.calls("agent-odd", role="act")[1:]]
+    assert "Invalid arguments for read_file" in told[0]
+    assert "secrets are for plan steps" in told[1]
+    assert run["steps"] == []  # nothing ran

@@ -184,3 +184,14 @@ async def test_an_answer_that_must_be_retried_still_counts(
     calls = standin.calls("ledger-json")
     assert run["usage"]["model_calls"] == len(calls) == 2
     assert run["usage"]["input_tokens"] == 2 * (len("ledger-json please") // 4)
+
+
+async def test_parallel_calls_cannot_overshoot_a_limit_together(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    steps = [{**ask(f"p{i}", f"parallel-{i}"), "depends_on": []} for i in range(4)]
+    run_id = await submit(api, steps, budget={"max_model_calls": 1})
+    run = await wait_run(run_id, lambda r: r["status"] == "paused")
+    await asyncio.sleep(0.5)
+    assert sum(len(standin.calls(f"parallel-{i}")) for i in range(4)) == 1
+    assert run["usage"]["model_calls"] == 1

@@ -52,6 +52,15 @@ async def test_forbidden_tools_are_refused_at_submission(governed: httpx.AsyncCl
     response = await governed.post("/v1/runs", json={"goal": "g", "tools": ["read_file", "shell"]})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "tools", 1]
+    # Acceptance checks run unattended: no forbidden tool, no call a rule gates.
+    for check, reason in [
+        ({"tool": "shell", "args": {"argv": ["true"]}}, "not allowed"),
+        ({"tool": "write_file", "args": {"path": "x", "content": ""}}, "not as a check"),
+    ]:
+        criterion = {"id": "c", "check": {**check, "expect": {"exit_code": 0}}}
+        response = await governed.post("/v1/runs", json={"goal": "g", "acceptance": [criterion]})
+        assert response.status_code == 422, response.text
+        assert reason in response.json()["detail"][0]["msg"]
 
 
 async def test_rules_require_approval_and_bind_every_step(

@@ -46,7 +46,9 @@ def guarded() -> Iterator[str]:
     @app.get("/private")
     async def private(request: Request) -> JSONResponse:
         ok = request.headers.get("authorization") == SECRET
-        return JSONResponse({"ok": ok}, status_code=200 if ok else 401)
+        # A careless service that echoes the credential back.
+        echoed = request.headers.get("authorization")
+        return JSONResponse({"ok": ok, "echo": echoed}, status_code=200 if ok else 401)
 
     with ServerThread(app) as server:
         yield server.url
@@ -112,7 +114,7 @@ async def test_secret_values_never_reach_history(
     run_id = response.json()["run_id"]
     run = await wait_run(run_id, http=http)
     assert run["status"] == "completed", run
-    assert run["steps"][0]["output"]["json"] == {"ok": True}
+    assert run["steps"][0]["output"]["json"] == {"ok": True, "echo": "[secret]"}
 
     exported = subprocess.run(
         [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from workflows.run import RunWorkflow
 
 VERIFY_TIMEOUT = timedelta(minutes=10)
+MAX_ARGUMENT_CHARS = 200_000
 TOOL_RESULT_CHARS = 4000
 OBSERVATION_CHARS = 1500
 OBSERVATIONS_KEPT = 8
@@ -343,12 +344,16 @@ class AgentLoop:
             )
         spec = REGISTRY[call.name]
         try:
+            if len(call.arguments) > MAX_ARGUMENT_CHARS:
+                raise ValueError(f"longer than {MAX_ARGUMENT_CHARS} characters")
             args = json.loads(call.arguments or "{}")
             if not isinstance(args, dict):
                 raise ValueError("not an object")
+            if _names_a_secret(args):
+                raise ValueError("secrets are for plan steps written by people, not for agents")
             parsed = spec.args_model.model_validate(args)
-        except (ValueError, ValidationError) as exc:
-            return f"Invalid arguments for {call.name}, nothing ran: {exc}"
+        except (ValueError, ValidationError, RecursionError) as exc:
+            return f"Invalid arguments for {call.name}, nothing ran: {str(exc)[:2000]}"
 
         state = self._run.add_step(step_id, "tool")
         if policy.needs_approval(call.name, args, spec.side_effect_of(parsed)):
@@ -363,7 +368,7 @@ class AgentLoop:
                 self._run.settle(state, "skipped", error=f"rejected by {record.decided_by}")
                 comment = f": {record.comment}" if record.comment else ""
                 return f"A person rejected this call{comment}. Find another way."
-        await self._run.checkpoint()
+        await self._run.checkpoint("tool")
         self._run.start(state)
         try:
             result = await self._run.run_tool(step_id, call.name, args)
@@ -430,6 +435,7 @@ class AgentLoop:
                 ),
                 summary=f"acceptance: {criterion.id}",
                 limit=VERIFY_TIMEOUT,
+                kind="tool" if isinstance(check, ToolCheck) else "model",
             )
             self._count(verdict.usage)
             state.status = "passed" if verdict.passed else "failed"
@@ -447,10 +453,16 @@ class AgentLoop:
             self._run.add_usage(usage.model, usage.input_tokens, usage.output_tokens)
 
     async def _activity(
-        self, method: Any, arg: Any, *, summary: str, limit: timedelta = MODEL_TIMEOUT
+        self,
+        method: Any,
+        arg: Any,
+        *,
+        summary: str,
+        limit: timedelta = MODEL_TIMEOUT,
+        kind: Literal["model", "tool"] = "model",
     ) -> Any:
         """Run a model or verify activity; a failure that retries cannot fix fails the run."""
-        await self._run.checkpoint()
+        await self._run.checkpoint(kind)
         try:
             return await workflow.execute_activity_method(
                 method,
@@ -483,10 +495,18 @@ def _assistant_message(result: ActResult) -> dict[str, Any]:
     return message
 
 
+def _names_a_secret(value: Any) -> bool:
+    if isinstance(value, dict):
+        return set(value) == {"secret"} or any(_names_a_secret(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_names_a_secret(v) for v in value)
+    return False
+
+
 def _finish_summary(call: ToolCallRequest) -> str:
     try:
-        args = json.loads(call.arguments or "{}")
-    except ValueError:
+        args = json.loads(call.arguments[:MAX_ARGUMENT_CHARS] or "{}")
+    except (ValueError, RecursionError):
         return call.arguments[:1000]
     summary = args.get("summary") if isinstance(args, dict) else None
     return str(summary or call.arguments)[:1000]

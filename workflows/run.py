@@ -205,17 +205,22 @@ class RunWorkflow:
                     if s.id not in depended_on and self._steps[s.id].status == "completed"
                 }
         except asyncio.CancelledError:
-            if self._compensate_on_cancel:
-                self._result = (await self._compensate()).model_dump()
-            self._finish("cancelled", "cancelled on request")
+            await self._end("cancelled", "cancelled on request", self._compensate_on_cancel)
             raise
         except StepFailed as exc:
-            if exc.compensate or inp.on_failure == "compensate":
-                self._result = (await self._compensate()).model_dump()
-            self._finish("failed", str(exc))
+            compensate = exc.compensate or inp.on_failure == "compensate"
+            await self._end("failed", str(exc), compensate)
             raise ApplicationError(str(exc), type="RunFailed", non_retryable=True) from None
         self._finish("completed", None)
         return RunResult(outputs=self._result or {})
+
+    async def _end(self, status: RunStatusName, error: str, compensate: bool) -> None:
+        """End a run early, undoing completed steps first if asked; always record the end."""
+        try:
+            if compensate:
+                self._result = (await self._compensate()).model_dump()
+        finally:
+            self._finish(status, error)
 
     # --- compensation ---------------------------------------------------------------------
 
@@ -238,10 +243,17 @@ class RunWorkflow:
                     self.record("longrun", "not undone", f"{step_id}: {tool} is irreversible")
                 continue
             undo_tool, undo_args = undo
+            self._usage.tool_calls += 1  # counted, but never held back: undo must run
             try:
                 await self.run_tool(f"{step_id}-undo", undo_tool, undo_args)
-            except ActivityError as exc:
-                message, _ = failure_of(exc)
+            except (ActivityError, asyncio.CancelledError) as exc:
+                # A cancel that arrives while undoing is delivered once: note it, go on.
+                message = "cancelled" if isinstance(exc, asyncio.CancelledError) else None
+                if isinstance(exc, ActivityError):
+                    try:
+                        message, _ = failure_of(exc)
+                    except asyncio.CancelledError:
+                        message = "cancelled"
                 outcome.not_undone.append(step_id)
                 self.record("longrun", "not undone", f"{step_id}: {message}")
                 continue
@@ -288,8 +300,9 @@ class RunWorkflow:
     async def _until_changed(self, seen: tuple[bool, list[str]]) -> None:
         await workflow.wait_condition(lambda: self._pause_snapshot() != seen)
 
-    async def checkpoint(self) -> None:
-        """Before every model or tool call: wait out a pause, and stop at an exhausted budget."""
+    async def checkpoint(self, kind: Literal["model", "tool"]) -> None:
+        """Before every model or tool call: wait out a pause, stop at an exhausted budget,
+        then count the call at once, so parallel steps cannot overshoot a limit together."""
         while True:
             exhausted = self._exhausted_limits()
             if "max_duration_s" in exhausted and self._budget.on_budget_exhausted == "fail":
@@ -301,6 +314,10 @@ class RunWorkflow:
                     self._pause_reason = None
                     self._exhausted = []
                     self.refresh()
+                if kind == "model":
+                    self._usage.model_calls += 1
+                else:
+                    self._usage.tool_calls += 1
                 return
             reason: Literal["budget", "requested"] = "budget" if exhausted else "requested"
             if (reason, exhausted) != (self._pause_reason, self._exhausted):
@@ -338,8 +355,7 @@ class RunWorkflow:
                             unmet[dependent] -= 1
                             if unmet[dependent] == 0:
                                 ready.append(dependent)
-        # Not BaseException: when a workflow is evicted from the worker's cache, the SDK
-        # tears its tasks down with exceptions of its own that must pass through untouched.
+        # Not BaseException: other exceptions (eviction's among them) pass through.
         except (StepFailed, asyncio.CancelledError) as exc:
             reason = str(exc) if isinstance(exc, StepFailed) else "run cancelled"
             for task in running.values():
@@ -426,7 +442,8 @@ class RunWorkflow:
                 return {"approved_by": record.decided_by, "comment": record.comment}
 
         if step.wait is None:
-            await self.checkpoint()  # a model or tool call: not while paused or over budget
+            # A model or tool call: not while paused or over budget.
+            await self.checkpoint("model" if step.model is not None else "tool")
         self.start(state)
         try:
             if step.wait is not None:
@@ -473,8 +490,10 @@ class RunWorkflow:
     ) -> ApprovalRecord:
         """Ask a person and wait, however long, for the decision."""
         approval_id = f"{'help' if kind == 'needs_help' else 'apr'}-{step_id}"
-        if approval_id in self._approvals:  # asked again about the same step
-            approval_id = f"{approval_id}-{len(self._approvals)}"
+        base, n = approval_id, 1
+        while approval_id in self._approvals:  # asked again about the same step
+            n += 1
+            approval_id = f"{base}-{n}"
         record = ApprovalRecord(
             approval_id=approval_id,
             step_id=step_id,
@@ -520,7 +539,6 @@ class RunWorkflow:
             idempotency_key=f"{self._inp.run_id}:{step_id}",
             args=args,
         )
-        self._usage.tool_calls += 1
         limit = timedelta(seconds=timeout_s) if timeout_s else TOOL_TIMEOUT
         own = args.get("timeout_s")
         if isinstance(own, int | float):
@@ -555,7 +573,7 @@ class RunWorkflow:
         answers = (step.retry or RetrySpec()).max_attempts
         for answer in range(1, answers + 1):
             if answer > 1:
-                await self.checkpoint()
+                await self.checkpoint("model")
             result = await workflow.execute_activity_method(
                 ModelActivities.complete,
                 request,
@@ -566,7 +584,8 @@ class RunWorkflow:
                 summary=f"step {step.id}: model {model}",
             )
             state.attempts += result.attempt
-            self.add_usage(result.model, result.input_tokens, result.output_tokens)
+            # Priced by the name asked for: providers answer with dated model names.
+            self.add_usage(model, result.input_tokens, result.output_tokens)
             if result.json_error is None:
                 break
         else:
@@ -582,8 +601,7 @@ class RunWorkflow:
         return output
 
     def add_usage(self, model: str, input_tokens: int, output_tokens: int) -> None:
-        """Count one model call and what it cost, from the run's price table."""
-        self._usage.model_calls += 1
+        """Add the tokens of a model call (counted at its checkpoint) and their price."""
         self._usage.input_tokens += input_tokens
         self._usage.output_tokens += output_tokens
         price = self._inp.config.prices.get(model)

@@ -13,7 +13,7 @@ import signal
 import ssl
 import sys
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import httpx
@@ -65,6 +65,7 @@ def reveal(ctx: ToolContext, value: str | SecretRef) -> str:
     found = ctx.settings.secrets.get(value.secret)
     if found is None:
         raise fatal(f"no secret named '{value.secret}' is configured (LONGRUN_SECRETS)")
+    ctx.revealed.append(found.get_secret_value())
     return found.get_secret_value()
 
 
@@ -303,6 +304,13 @@ async def read_file(args: ReadFileArgs, ctx: ToolContext) -> dict[str, Any]:
 class WriteFileArgs(_PathArgs):
     content: str = Field(max_length=10 * 1024 * 1024)
 
+    @field_validator("path")
+    @classmethod
+    def _not_reserved(cls, path: str) -> str:
+        if PurePosixPath(path).parts[:1] == (BACKUPS.parts[0],):
+            raise ValueError(f"{BACKUPS.parts[0]}/ is reserved for longrun's own files")
+        return path
+
 
 BACKUPS = Path(".longrun") / "backups"  # inside the workspace: what write_file replaced
 
@@ -333,20 +341,21 @@ async def write_file(args: WriteFileArgs, ctx: ToolContext) -> dict[str, Any]:
     target.parent.mkdir(parents=True, exist_ok=True)
     # Keep what this step replaces, once: a retry must not back up its own first write.
     backup = BACKUPS / f"{ctx.step_id}.bak"
-    marker = BACKUPS / f"{ctx.step_id}.new"
-    if not (ctx.workspace / backup).exists() and not (ctx.workspace / marker).exists():
-        (ctx.workspace / BACKUPS).mkdir(parents=True, exist_ok=True)
+    (ctx.workspace / BACKUPS).mkdir(parents=True, exist_ok=True)
+    saved = confine(ctx.workspace, str(backup))  # the backups folder cannot lead out either
+    marker = confine(ctx.workspace, str(BACKUPS / f"{ctx.step_id}.new"))
+    if not saved.exists() and not marker.exists():
         if target.is_file():
-            await asyncio.to_thread(shutil.copyfile, target, ctx.workspace / backup)
+            await asyncio.to_thread(shutil.copyfile, target, saved)
         else:
-            (ctx.workspace / marker).touch()
+            marker.touch()
     data = args.content.encode()
     await asyncio.to_thread(_write_atomically, target, data)
     return {
         "path": args.path,
         "bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
-        "backup": str(backup) if (ctx.workspace / backup).exists() else None,
+        "backup": str(backup) if saved.exists() else None,
     }
 
 

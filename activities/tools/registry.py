@@ -11,12 +11,13 @@ import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.errors import fatal, reported_with_attempt
 from longrun.contracts import SideEffect, ToolCall, ToolResult
@@ -35,6 +36,21 @@ class ToolContext:
     idempotency_key: str
     workspace: Path
     settings: Settings
+    # Secret values this call has used; they are blanked out of what it returns.
+    revealed: list[str] = field(default_factory=list)
+
+
+def redact(value: Any, secrets: list[str]) -> Any:
+    """`value` with every occurrence of the given secret values replaced."""
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, "[secret]")
+        return value
+    if isinstance(value, dict):
+        return {k: redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, secrets) for v in value]
+    return value
 
 
 ToolFn = Callable[[Any, ToolContext], Awaitable[dict[str, Any]]]
@@ -140,9 +156,19 @@ def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
                     workspace=workspace_of(settings, call.run_id),
                     settings=settings,
                 )
-                async with heartbeating():
-                    output = await spec.fn(args, ctx)
-            return ToolResult(output=output, attempt=attempt)
+                try:
+                    async with heartbeating():
+                        output = await spec.fn(args, ctx)
+                except ApplicationError as exc:
+                    if not ctx.revealed:
+                        raise
+                    raise ApplicationError(
+                        redact(exc.message, ctx.revealed),
+                        type=exc.type,
+                        non_retryable=exc.non_retryable,
+                        next_retry_delay=exc.next_retry_delay,
+                    ) from None
+            return ToolResult(output=redact(output, ctx.revealed), attempt=attempt)
 
         run_tool.__doc__ = spec.description
         return activity.defn(name=spec.activity_name)(run_tool)
