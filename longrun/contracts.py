@@ -299,6 +299,7 @@ class PlanItem(BaseModel):
     attempts: int = 0
     summary: str | None = None
     verification: str | None = None
+    guidance: list[str] = Field(default_factory=list)
 
 
 class CriterionState(BaseModel):

@@ -156,7 +156,7 @@ async def test_failing_verification_replans_then_asks_a_person(
     assert [p["status"] for p in run["plan"]] == ["failed", "failed", "waiting_approval"]
 
     standin.scenario(
-        [act("Guidance from", ("write_file", {"path": "output.txt", "content": "ok"}))]
+        [act("Guidance from people", ("write_file", {"path": "output.txt", "content": "ok"}))]
     )
     response = await api.post(
         f"/v1/runs/{run_id}/approvals/{help_request['approval_id']}",
@@ -165,7 +165,7 @@ async def test_failing_verification_replans_then_asks_a_person(
     assert response.status_code == 202
     run = await wait_run(run_id)
     assert run["status"] == "completed", run
-    guided = standin.calls("Guidance from", role="act")
+    guided = standin.calls("Guidance from people", role="act")
     assert "write ok into output.txt" in guided[0]["messages"][1]["content"]
 
 

@@ -225,9 +225,8 @@ class AgentLoop:
                 f"step '{item.id}' kept failing verification and {record.decided_by} "
                 f"declined to help{reason}"
             )
-        return (
-            f"Guidance from {record.decided_by}: {record.comment or '(none)'}\nLast failure: {why}"
-        )
+        item.guidance.append(f"{record.decided_by}: {record.comment or '(no comment)'}")
+        return f"Last failure: {why}"
 
     # --- planning -----------------------------------------------------------------------------
 
@@ -274,6 +273,8 @@ class AgentLoop:
             f"Notes from finished steps:\n{prompts.bullet(self._notes[-NOTES_KEPT:])}",
             f"Your step now: {item.id}: {item.intent}\nExpected evidence: {item.expected_evidence}",
         ]
+        if item.guidance:  # kept for every later attempt at this step
+            parts.append("Guidance from people:\n" + prompts.bullet(item.guidance))
         if feedback:
             parts.append(feedback)
         return "\n\n".join(parts)
