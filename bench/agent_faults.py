@@ -79,7 +79,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
-import uvicorn
 from openai import AsyncOpenAI, OpenAIError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -96,7 +95,7 @@ if _ROOT not in sys.path:
 from activities.model import PLAN_SCHEMA, VERDICT_SCHEMA  # noqa: E402
 from api.app import create_app as create_api  # noqa: E402
 from longrun import prompts  # noqa: E402
-from longrun.devstack import TemporalDevServer, free_port  # noqa: E402
+from longrun.devstack import ServerThread, TemporalDevServer, free_port  # noqa: E402
 from longrun.settings import Settings  # noqa: E402
 from longrun.standin import STANDIN_MODEL, StandIn  # noqa: E402
 from longrun.standin import create_app as create_standin  # noqa: E402
@@ -109,28 +108,6 @@ RETRY_ATTEMPTS = 5  # longrun's default RetrySpec.max_attempts
 
 
 # --- servers in threads -------------------------------------------------------------------
-
-
-class ServerThread:
-    """An ASGI app served by uvicorn on a loopback port in a background thread."""
-
-    def __init__(self, app: Any) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self._thread.start()
-        while not self._server.started:
-            self._thread.join(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
 
 
 class Flaky:

@@ -15,11 +15,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from api.app import create_app
-from longrun.devstack import TemporalDevServer, free_port
+from longrun.devstack import ServerThread, TemporalDevServer, free_port
 from longrun.settings import Settings
 from longrun.standin import create_app as create_standin
 from longrun.temporal import connect
-from tests.helpers import Poll, ServerThread, StandIn
+from tests.helpers import Poll, StandIn
 from worker import serving
 
 

@@ -2,38 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
-import uvicorn
-
-from longrun.devstack import free_port
 
 Poll = Callable[..., Awaitable[dict[str, Any]]]
-
-
-class ServerThread:
-    """An ASGI app served by uvicorn on a loopback port in a background thread."""
-
-    def __init__(self, app: Any) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self._thread.start()
-        while not self._server.started:
-            self._thread.join(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
 
 
 class StandIn:

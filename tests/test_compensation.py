@@ -17,8 +17,9 @@ from temporalio.worker import Worker
 from activities.errors import transient
 from activities.tools import ToolContext, tool
 from longrun.contracts import SideEffect
+from longrun.devstack import ServerThread
 from longrun.settings import Settings
-from tests.helpers import Poll, ServerThread, submit
+from tests.helpers import Poll, submit
 
 
 class Ledger:

@@ -16,10 +16,10 @@ import pytest
 from fastapi import FastAPI, Request
 
 from api.app import create_app
-from longrun.devstack import TemporalDevServer, free_port
+from longrun.devstack import ServerThread, TemporalDevServer, free_port
 from longrun.settings import Settings
 from longrun.temporal import connect
-from tests.helpers import Poll, ServerThread, StandIn, submit
+from tests.helpers import Poll, StandIn, submit
 from worker import serving
 
 REPO = Path(__file__).resolve().parent.parent

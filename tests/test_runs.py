@@ -12,8 +12,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from temporalio.worker import Worker
 
+from longrun.devstack import ServerThread
 from longrun.settings import Settings
-from tests.helpers import Poll, ServerThread, StandIn, submit
+from tests.helpers import Poll, StandIn, submit
 
 
 async def test_plan_with_approval_completes(

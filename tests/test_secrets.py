@@ -19,9 +19,9 @@ from pydantic import SecretStr
 from temporalio.worker import Worker
 
 from api.app import create_app
-from longrun.devstack import TemporalDevServer, temporal_binary
+from longrun.devstack import ServerThread, TemporalDevServer, temporal_binary
 from longrun.settings import ApiKey, Settings, hash_key
-from tests.helpers import Poll, ServerThread
+from tests.helpers import Poll
 
 SECRET = "Bearer s3cr3t-VALUE-9f2c"
 API_KEY = "api-key-7d41-never-in-history"

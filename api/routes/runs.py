@@ -418,10 +418,7 @@ async def pause_run(
     run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
     """Pause a run: the call in flight finishes, then it waits for `resume`."""
-    handle = await _live_run(client, run_id, caller, "pause", others="approver")
-    reason = body.reason if body else None
-    await handle.signal(RunWorkflow.pause, ControlRequest(actor=caller.name, reason=reason))
-    return Accepted(run_id=run_id, detail="pause requested")
+    return await _control(client, run_id, caller, body, "pause", RunWorkflow.pause)
 
 
 @router.post("/{run_id}/resume", status_code=202)
@@ -429,10 +426,21 @@ async def resume_run(
     run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
     """Resume a run paused on request (a budget pause needs a bigger budget)."""
-    handle = await _live_run(client, run_id, caller, "resume", others="approver")
+    return await _control(client, run_id, caller, body, "resume", RunWorkflow.resume)
+
+
+async def _control(
+    client: Client,
+    run_id: str,
+    caller: Principal,
+    body: ReasonRequest | None,
+    action: str,
+    signal: Any,
+) -> Accepted:
+    handle = await _live_run(client, run_id, caller, action, others="approver")
     reason = body.reason if body else None
-    await handle.signal(RunWorkflow.resume, ControlRequest(actor=caller.name, reason=reason))
-    return Accepted(run_id=run_id, detail="resume requested")
+    await handle.signal(signal, ControlRequest(actor=caller.name, reason=reason))
+    return Accepted(run_id=run_id, detail=f"{action} requested")
 
 
 @router.post("/{run_id}/budget", status_code=202)
