@@ -59,6 +59,7 @@ from longrun.contracts import (
     RunStatusName,
 )
 from longrun.plans import (
+    PlanError,
     acceptance_of,
     check_limits,
     effective_budget,
@@ -157,10 +158,15 @@ async def _query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
     )
 
 
-def _fail_validation(
-    loc: tuple[str | int, ...], msg: str, value: Any = None
-) -> RequestValidationError:
-    return RequestValidationError([{"type": "value_error", "loc": loc, "msg": msg, "input": value}])
+def _invalid(errors: list[PlanError]) -> RequestValidationError:
+    """A 422 listing every problem, each with its field path."""
+    return RequestValidationError(
+        [{"type": "value_error", "loc": e.loc, "msg": e.msg, "input": None} for e in errors]
+    )
+
+
+def _fail_validation(loc: tuple[str | int, ...], msg: str) -> RequestValidationError:
+    return _invalid([PlanError(loc=loc, msg=msg)])
 
 
 def _fingerprint(body: RunRequest) -> str:
@@ -175,9 +181,7 @@ def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput
     if body.budget is not None:
         errors += check_limits(body.budget, settings.budget_ceilings, ("body", "budget"))
     if errors:
-        raise RequestValidationError(
-            [{"type": "value_error", "loc": e.loc, "msg": e.msg, "input": None} for e in errors]
-        )
+        raise _invalid(errors)
     model = body.model or settings.model
     config = RunConfig(default_model=model, prices=settings.prices, policy=policy)
     budget = effective_budget(body.budget, settings.budget_defaults, settings.budget_ceilings)
@@ -291,7 +295,7 @@ async def list_runs(
         key, _, value = item.partition(":")
         if not re.fullmatch(LABEL_KEY_PATTERN, key) or not re.fullmatch(LABEL_VALUE_PATTERN, value):
             raise _fail_validation(
-                ("query", "label", i), "a label filter is key:value, e.g. team:ops", item
+                ("query", "label", i), "a label filter is key:value, e.g. team:ops"
             )
         clauses.append(f"LongrunLabels = '{key}:{value}'")
     token: bytes | None = None
@@ -299,9 +303,7 @@ async def list_runs(
         try:
             token = base64.b64decode(page_token, altchars=b"-_", validate=True)
         except (binascii.Error, ValueError):
-            raise _fail_validation(
-                ("query", "page_token"), "not a page token", page_token
-            ) from None
+            raise _fail_validation(("query", "page_token"), "not a page token") from None
     listing = client.list_workflows(
         " AND ".join(clauses),
         page_size=page_size,
@@ -450,9 +452,7 @@ async def change_budget(
     """Change a run's limits (within the server's ceilings); a budget pause then lifts."""
     errors = check_limits(body, settings.budget_ceilings, ("body",))
     if errors:
-        raise RequestValidationError(
-            [{"type": "value_error", "loc": e.loc, "msg": e.msg, "input": None} for e in errors]
-        )
+        raise _invalid(errors)
     handle = await _live_run(client, run_id, caller, "change the budget of", others="approver")
     await handle.signal(RunWorkflow.set_budget, BudgetChange(limits=body, actor=caller.name))
     return Accepted(run_id=run_id, detail="budget change delivered")
