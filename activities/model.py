@@ -15,6 +15,7 @@ from openai.types.chat import ChatCompletionMessage
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
+from activities.artifacts import LocalArtifactStore
 from activities.errors import fatal, reported_with_attempt, retry_after_seconds, transient
 from longrun import prompts
 from longrun.contracts import (
@@ -40,6 +41,7 @@ class ModelActivities:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._client: AsyncOpenAI | None = None
+        self._store = LocalArtifactStore(settings.artifacts_dir)
 
     def _get_client(self) -> AsyncOpenAI:
         if self._client is None:
@@ -102,9 +104,10 @@ class ModelActivities:
         """Ask the model once; transient provider failures are raised for Temporal to retry."""
         with reported_with_attempt() as attempt:
             messages: list[dict[str, Any]] = []
+            expand = self._store.expand
             if req.system:
-                messages.append({"role": "system", "content": req.system})
-            messages.append({"role": "user", "content": req.prompt})
+                messages.append({"role": "system", "content": expand(req.run_id, req.system)})
+            messages.append({"role": "user", "content": expand(req.run_id, req.prompt)})
             extra: dict[str, Any] = {}
             if req.json_schema is not None:
                 extra["response_format"] = _json_format("output", req.json_schema)
@@ -118,7 +121,7 @@ class ModelActivities:
                 except ValueError:
                     json_error = f"model output is not valid JSON: {text[:200]!r}"
             return ModelResult(
-                text=text,
+                text=self._store.offload(req.run_id, text, self._settings.artifact_threshold_bytes),
                 json_value=json_value,
                 json_error=json_error,
                 model=usage.model,

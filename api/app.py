@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.service import RPCError
 
 from api.deps import TemporalGateway
-from api.routes import health, runs
+from api.routes import artifacts, health, runs
 from longrun.policy import load_policy
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
@@ -117,6 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.temporal = TemporalGateway(settings)
     app.include_router(health.router)
     app.include_router(runs.router)
+    app.include_router(artifacts.router)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
     app.add_exception_handler(RPCError, _temporal_error)
     return app

@@ -483,9 +483,9 @@ class ModelRequest(BaseModel):
 
 
 class ModelResult(BaseModel):
-    """Output of the `model.complete` activity."""
+    """Output of the `model.complete` activity; a long text comes as an artifact reference."""
 
-    text: str
+    text: str | dict[str, Any]
     json_value: Any = None
     json_error: str | None = None
     model: str

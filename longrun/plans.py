@@ -279,10 +279,19 @@ def lookup(value: Any, path: list[str], where: str) -> Any:
     return value
 
 
+def render(value: Any) -> str:
+    """A referenced value as text: strings as they are, artifacts as markers the activity
+    expands, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"artifact", "bytes", "preview"}:
+        return f"⟦artifact:{value['artifact']}⟧"
+    return json.dumps(value)
+
+
 def resolve_text(text: str, output_of: Callable[[str], Any]) -> str:
-    """Resolve references where the result must be text: non-strings become JSON."""
-    value = resolve(text, output_of)
-    return value if isinstance(value, str) else json.dumps(value)
+    """Resolve references where the result must be text."""
+    return render(resolve(text, output_of))
 
 
 def resolve(value: Any, output_of: Callable[[str], Any]) -> Any:
@@ -307,11 +316,7 @@ def resolve(value: Any, output_of: Callable[[str], Any]) -> Any:
         if whole is not None:
             return fetch(whole)
 
-        def render(match: re.Match[str]) -> str:
-            found = fetch(match)
-            return found if isinstance(found, str) else json.dumps(found)
-
-        return _TEMPLATE.sub(render, value)
+        return _TEMPLATE.sub(lambda match: render(fetch(match)), value)
     if isinstance(value, Mapping):
         return {k: resolve(v, output_of) for k, v in value.items()}
     if isinstance(value, list):

@@ -74,6 +74,7 @@ class Settings(BaseSettings):
 
     api_host: str = Field("127.0.0.1", alias="LONGRUN_API_HOST")
     api_port: int = Field(8000, alias="LONGRUN_API_PORT")
+    artifact_threshold_bytes: int = Field(8192, alias="LONGRUN_ARTIFACT_THRESHOLD_BYTES", ge=256)
     max_request_bytes: int = Field(1_048_576, alias="LONGRUN_MAX_REQUEST_BYTES", gt=0)
 
     # Ports used by `longrun dev` for the local stack.
@@ -87,6 +88,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [h.strip().lower() for h in value.split(",") if h.strip()]
         return value
+
+    @property
+    def artifacts_dir(self) -> Path:
+        """Directory holding one artifact folder per run."""
+        return self.data_dir.resolve() / "artifacts"
 
     @property
     def workspaces_dir(self) -> Path:

@@ -202,8 +202,9 @@ async def test_shell_nonzero_exit(tools: Tools) -> None:
 async def test_shell_output_is_capped_at_64_kib(tools: Tools) -> None:
     # A short first chunk, so a cap applied per chunk rather than in total would show.
     out = await tools.run("shell", argv=["sh", "-c", "printf x; sleep 0.05; yes | head -c 200000"])
-    assert len(out["stdout"]) == 64 * 1024 and out["truncated"] is True
-    assert out["stdout"].startswith("xy\n")
+    # Above the artifact threshold, so the activity returns a reference to the output.
+    assert out["stdout"]["bytes"] == 64 * 1024 and out["truncated"] is True
+    assert out["stdout"]["preview"].startswith("xy\n")
 
 
 async def test_shell_timeout_kills_the_command(tools: Tools, workspace: Path) -> None:

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.artifacts import LocalArtifactStore
 from activities.errors import fatal, reported_with_attempt
 from longrun.contracts import SideEffect, ToolCall, ToolResult
 from longrun.settings import Settings
@@ -145,10 +146,15 @@ async def heartbeating() -> AsyncIterator[None]:
 def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
     """One activity per registered tool, bound to this worker's settings."""
 
+    store = LocalArtifactStore(settings.artifacts_dir)
+    threshold = settings.artifact_threshold_bytes
+
     def bind(spec: ToolSpec) -> Callable[..., Any]:
         async def run_tool(call: ToolCall) -> ToolResult:
             with reported_with_attempt() as attempt:
-                args = spec.args_model.model_validate(call.args)
+                # References to big outputs of earlier steps become their content again.
+                raw = await asyncio.to_thread(store.expand, call.run_id, call.args)
+                args = spec.args_model.model_validate(raw)
                 ctx = ToolContext(
                     run_id=call.run_id,
                     step_id=call.step_id,
@@ -168,7 +174,10 @@ def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
                         non_retryable=exc.non_retryable,
                         next_retry_delay=exc.next_retry_delay,
                     ) from None
-            return ToolResult(output=redact(output, ctx.revealed), attempt=attempt)
+                output = redact(output, ctx.revealed)
+                # Big outputs go to the artifact store; history keeps a reference.
+                output = await asyncio.to_thread(store.offload, call.run_id, output, threshold)
+            return ToolResult(output=output, attempt=attempt)
 
         run_tool.__doc__ = spec.description
         return activity.defn(name=spec.activity_name)(run_tool)

@@ -118,9 +118,10 @@ def _run_status(status: WorkflowExecutionStatus | None, live: str | None) -> Run
     return "running"
 
 
-async def _describe(
+async def describe_run(
     client: Client, run_id: str
 ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription]:
+    """The run's handle and description; 404 for anything that is not one of our runs."""
     if not RUN_ID.match(run_id):
         raise HTTPException(404, f"no run '{run_id}'")
     handle = client.get_workflow_handle(run_id)
@@ -266,7 +267,7 @@ async def create_run(
         )
         status: RunStatusName = "running"
     except WorkflowAlreadyStartedError:
-        _, desc = await _describe(client, run_id)
+        _, desc = await describe_run(client, run_id)
         if await desc.memo_value("request_sha256", None) != fingerprint:
             raise HTTPException(
                 409, "this Idempotency-Key was already used for a different request"
@@ -340,7 +341,7 @@ async def get_run(
     run_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> RunDetail:
     """A run's status, steps, approvals, usage and result (from a workflow query)."""
-    handle, desc = await _describe(client, run_id)
+    handle, desc = await describe_run(client, run_id)
     detail = await _query_state(handle)
     detail.links = _links(settings, run_id)
     final = _status_of(desc)
@@ -363,7 +364,7 @@ async def decide_approval(
     caller: Approver,
 ) -> Accepted:
     """Approve or reject a gated step; delivered to the run as a signal."""
-    handle, desc = await _describe(client, run_id)
+    handle, desc = await describe_run(client, run_id)
     state = await _query_state(handle)
     record = next((a for a in state.approvals if a.approval_id == approval_id), None)
     if record is None:
@@ -407,7 +408,7 @@ async def _live_run(
 ) -> WorkflowHandle[Any, Any]:
     """A run that has not ended, which `caller` may `action`: as its owner, or holding the
     role `others` that acts on anyone's runs."""
-    handle, desc = await _describe(client, run_id)
+    handle, desc = await describe_run(client, run_id)
     if not caller.may(others) and await desc.memo_value("owner", None) != caller.name:
         raise HTTPException(403, f"submitters may {action} only the runs they started")
     if (status := _status_of(desc)) in FINAL_RUN_STATUSES:
@@ -461,6 +462,6 @@ async def change_budget(
 @router.get("/{run_id}/audit")
 async def get_audit(run_id: str, client: TemporalClient, caller: Reader) -> AuditTrail:
     """Every decision about the run, oldest first: who, when, what and why."""
-    handle, _ = await _describe(client, run_id)
+    handle, _ = await describe_run(client, run_id)
     trail: AuditTrail = await _query(handle, RunWorkflow.audit)
     return trail
