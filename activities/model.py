@@ -33,6 +33,7 @@ from longrun.contracts import (
 from longrun.settings import Settings
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
+TOOL_RESULT_CHARS = 16_000  # of one tool result, as the actor reads it
 
 
 class ModelActivities:
@@ -154,7 +155,8 @@ class ModelActivities:
     async def act(self, req: ActRequest) -> ActResult:
         """One turn of the actor: it answers, calls tools, or both."""
         with reported_with_attempt() as attempt:
-            message, usage = await self.chat(req.model, req.messages, tools=req.tools)
+            messages = [self._read_through(req.run_id, m) for m in req.messages]
+            message, usage = await self.chat(req.model, messages, tools=req.tools)
             calls = [
                 ToolCallRequest(id=c.id, name=c.function.name, arguments=c.function.arguments)
                 for c in message.tool_calls or []
@@ -163,6 +165,20 @@ class ModelActivities:
             return ActResult(
                 content=message.content, tool_calls=calls, usage=usage, attempt=attempt
             )
+
+    def _read_through(self, run_id: str, message: dict[str, Any]) -> dict[str, Any]:
+        """A tool result as the model should see it: stored outputs put back, then cut to
+        TOOL_RESULT_CHARS. History keeps only the references."""
+        if message.get("role") != "tool" or not isinstance(message.get("content"), str):
+            return message
+        try:
+            result = json.loads(message["content"])
+        except ValueError:
+            return message
+        text = json.dumps(self._store.expand(run_id, result))
+        if len(text) > TOOL_RESULT_CHARS:
+            text = text[:TOOL_RESULT_CHARS] + f"… [cut: {len(text)} characters in all]"
+        return {**message, "content": text}
 
     async def judge(self, model: str, goal: str, statement: str, evidence: str) -> Verdict:
         """Ask the judge whether `statement` holds, given `evidence`; it must cite a reason."""

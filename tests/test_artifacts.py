@@ -56,3 +56,39 @@ async def test_big_outputs_leave_history_and_are_read_through(
         assert (await api.get(f"/v1/runs/{run_id}/artifacts/{bad}")).status_code == 404, bad
     other = "run-" + "0" * 32
     assert (await api.get(f"/v1/runs/{other}/artifacts")).status_code == 404
+
+
+async def test_an_agent_reads_big_tool_results_through_their_references(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    page = "".join(f"line {i}\n" for i in range(2000))  # ~17 KB
+    standin.scenario(
+        [
+            {
+                "match": "artifact-agent",
+                "role": "plan",
+                "json": {"steps": [{"id": "r", "intent": "read", "expected_evidence": "e"}]},
+            },
+            {
+                "match": "artifact-agent",
+                "role": "act",
+                "times": 1,
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "big.txt", "content": page}},
+                    {"name": "read_file", "arguments": {"path": "big.txt"}},
+                ],
+            },
+            {"match": "artifact-agent", "role": "act", "times": 1, "reply": "read it"},
+        ]
+    )
+    response = await api.post(
+        "/v1/runs",
+        json={"goal": "artifact-agent: read big.txt", "tools": ["read_file", "write_file"]},
+    )
+    run_id = response.json()["run_id"]
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    assert "artifact" in run["steps"][1]["output"]["content"]  # stored, not in history
+    seen = standin.calls("artifact-agent", role="act")[1]["messages"][-1]["content"]
+    assert "line 1500" in seen  # far past any preview
+    assert "[cut:" in seen and len(seen) < 16_100

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 VERIFY_TIMEOUT = timedelta(minutes=10)
 MAX_ARGUMENT_CHARS = 200_000
-TOOL_RESULT_CHARS = 4000
+TOOL_RESULT_CHARS = 32_000  # of a tool result in history (its big fields are references)
 OBSERVATION_CHARS = 1500
 OBSERVATIONS_KEPT = 8
 NOTES_KEPT = 10
@@ -384,7 +384,9 @@ class AgentLoop:
         self._run.settle(state, "completed", output=result.output)
         text = json.dumps(result.output)
         self._observe(f"{call.name} {preview(args)} -> {text[:OBSERVATION_CHARS]}")
-        return text[:TOOL_RESULT_CHARS]
+        # Big fields are artifact references here; model.act reads them back in, within
+        # its own limit, so history keeps only the references.
+        return text if len(text) <= TOOL_RESULT_CHARS else text[:TOOL_RESULT_CHARS] + "…"
 
     def _observe(self, line: str) -> None:
         self._observations = [*self._observations[-(OBSERVATIONS_KEPT - 1) :], line]
