@@ -239,6 +239,9 @@ class RunConfig(BaseModel):
     """Settings a run needs inside the workflow, fixed when the run starts."""
 
     default_model: str
+    # A plan run continues as new after this many steps end in one history segment (or
+    # sooner, when Temporal suggests it).
+    continue_as_new_every: int = Field(500, ge=1)
     prices: dict[str, Price] = Field(default_factory=dict)
     policy: Policy = Field(default_factory=Policy)
 
@@ -270,6 +273,7 @@ class RunInput(BaseModel):
     owner: str = "local"
     budget: Budget = Field(default_factory=Budget)
     on_failure: Literal["stop", "compensate"] = "stop"
+    carry: RunCarry | None = None
 
 
 Phase = Literal["planning", "acting", "verifying", "replanning", "completing"]
@@ -435,6 +439,30 @@ class RunState(BaseModel):
     acceptance: list[CriterionState] = Field(default_factory=list)
     replans: int = 0
     premature_completions: int = 0
+
+
+class CompletedCall(BaseModel):
+    """A completed tool call, kept in case the run must undo it."""
+
+    step_id: str
+    tool: str
+    args: dict[str, Any]
+    output: dict[str, Any]
+
+
+class RunCarry(BaseModel):
+    """What a plan run hands to its next history segment when it continues as new."""
+
+    segment: int
+    started: datetime
+    steps: list[StepState]
+    approvals: list[ApprovalRecord]
+    usage: Usage
+    budget: Budget
+    audit: list[AuditEntry]
+    completed_calls: list[CompletedCall] = Field(default_factory=list)
+    pause_request: ControlRequest | None = None
+    compensate_on_cancel: bool = False
 
 
 class ApprovalDecision(_Strict):

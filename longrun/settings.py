@@ -74,6 +74,7 @@ class Settings(BaseSettings):
 
     api_host: str = Field("127.0.0.1", alias="LONGRUN_API_HOST")
     api_port: int = Field(8000, alias="LONGRUN_API_PORT")
+    continue_as_new_every: int = Field(500, alias="LONGRUN_CONTINUE_AS_NEW_EVERY", ge=1)
     artifact_threshold_bytes: int = Field(8192, alias="LONGRUN_ARTIFACT_THRESHOLD_BYTES", ge=256)
     max_request_bytes: int = Field(1_048_576, alias="LONGRUN_MAX_REQUEST_BYTES", gt=0)
 

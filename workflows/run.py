@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -45,12 +45,14 @@ with workflow.unsafe.imports_passed_through():
         BudgetView,
         CancelNote,
         Compensation,
+        CompletedCall,
         ControlRequest,
         LimitUse,
         ModelRequest,
         PendingApproval,
         Plan,
         RetrySpec,
+        RunCarry,
         RunInput,
         RunResult,
         RunState,
@@ -94,8 +96,14 @@ class RunWorkflow:
         ]
         self._pause_request: ControlRequest | None = None
         self._compensate_on_cancel = False
-        # Completed tool calls, oldest first: (step id, tool, arguments, output).
-        self._completed_calls: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = []
+        self._completed_calls: list[CompletedCall] = []  # oldest first
+        self._segment = 1
+        self._settled_here = 0  # steps that ended in this history segment
+        # Approvals a step was waiting for when the last segment handed over.
+        self._resumable: dict[str, ApprovalRecord] = {}
+        self._handing_over = False
+        if inp.carry is not None:
+            self._restore(inp.carry)
         self._pause_reason: Literal["budget", "requested"] | None = None
         self._exhausted: list[str] = []
         self._status: RunStatusName = "running"
@@ -222,20 +230,74 @@ class RunWorkflow:
         finally:
             self._finish(status, error)
 
+    # --- continue-as-new ------------------------------------------------------------------
+
+    def _restore(self, carry: RunCarry) -> None:
+        """Take over from the previous history segment."""
+        self._segment = carry.segment
+        self._started = carry.started
+        self._steps = {s.id: s for s in carry.steps}
+        self._approvals = {a.approval_id: a for a in carry.approvals}
+        self._undecided = {k: a for k, a in self._approvals.items() if a.decision is None}
+        for record in self._approvals.values():
+            if self._steps.get(record.step_id, StepState(id="", kind="tool")).status == (
+                "waiting_approval"
+            ):
+                self._resumable[record.step_id] = record
+        self._done = sum(1 for s in carry.steps if s.status in ("completed", "skipped"))
+        self._usage = carry.usage
+        self._budget = carry.budget
+        self._audit = carry.audit
+        self._completed_calls = carry.completed_calls
+        self._pause_request = carry.pause_request
+        self._compensate_on_cancel = carry.compensate_on_cancel
+
+    def _should_hand_over(self) -> bool:
+        return (
+            self._settled_here >= self._inp.config.continue_as_new_every
+            or workflow.info().is_continue_as_new_suggested()
+        )
+
+    async def _hand_over(self, running: dict[str, asyncio.Task[None]]) -> NoReturn:
+        """Continue as new: stop the steps that only wait for a person (their approvals
+        travel along and are waited on again), let handlers finish, pass the state on."""
+        self._handing_over = True
+        for task in running.values():
+            task.cancel()
+        await asyncio.gather(*running.values(), return_exceptions=True)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self.record("longrun", "continued as new", f"segment {self._segment + 1}")
+        carry = RunCarry(
+            segment=self._segment + 1,
+            started=self._started,
+            steps=list(self._steps.values()),
+            approvals=list(self._approvals.values()),
+            usage=self._usage,
+            budget=self._budget,
+            audit=self._audit,
+            completed_calls=self._completed_calls,
+            pause_request=self._pause_request,
+            compensate_on_cancel=self._compensate_on_cancel,
+        )
+        workflow.continue_as_new(self._inp.model_copy(update={"carry": carry}))
+
     # --- compensation ---------------------------------------------------------------------
 
     def completed_call(
         self, step_id: str, tool: str, args: dict[str, Any], output: dict[str, Any]
     ) -> None:
         """Remember a completed tool call, in case the run must undo it."""
-        self._completed_calls.append((step_id, tool, args, output))
+        self._completed_calls.append(
+            CompletedCall(step_id=step_id, tool=tool, args=args, output=output)
+        )
 
     async def _compensate(self) -> Compensation:
         """Undo completed reversible calls once each, newest first; list what stays done."""
         outcome = Compensation()
-        for step_id, tool, args, output in reversed(self._completed_calls):
+        for call in reversed(self._completed_calls):
+            step_id, tool, args = call.step_id, call.tool, call.args
             spec = REGISTRY[tool]
-            undo = spec.undo(args, output)
+            undo = spec.undo(args, call.output)
             if undo is None:
                 effect = spec.side_effect_of(spec.args_model.model_validate(args))
                 if effect is SideEffect.IRREVERSIBLE:
@@ -331,13 +393,22 @@ class RunWorkflow:
     async def _execute(self, plan: Plan) -> None:
         steps = {s.id: s for s in plan.steps}
         # Count unmet dependencies instead of rescanning every step on each wake-up, so a
-        # run of a thousand steps costs O(edges), not O(steps²).
-        unmet = {s.id: len(s.depends_on or []) for s in steps.values()}
+        # run of a thousand steps costs O(edges), not O(steps²). Steps an earlier history
+        # segment finished count as met.
+        finished = ("completed", "skipped")
+        unmet = {
+            s.id: sum(1 for d in s.depends_on or [] if self._steps[d].status not in finished)
+            for s in steps.values()
+        }
         dependents: dict[str, list[str]] = {step_id: [] for step_id in steps}
         for step in steps.values():
             for dep in step.depends_on or []:
                 dependents[dep].append(step.id)
-        ready = [step_id for step_id, count in unmet.items() if count == 0]
+        ready = [
+            step_id
+            for step_id, count in unmet.items()
+            if count == 0 and self._steps[step_id].status not in finished
+        ]
         running: dict[str, asyncio.Task[None]] = {}
         try:
             while ready or running:
@@ -351,10 +422,16 @@ class RunWorkflow:
                     if task.done():
                         del running[step_id]
                         task.result()
+                        self._settled_here += 1
                         for dependent in dependents[step_id]:
                             unmet[dependent] -= 1
                             if unmet[dependent] == 0:
                                 ready.append(dependent)
+                # Hand over at a quiet moment: nothing running but waits for a person.
+                quiet = all(self._steps[s].status == "waiting_approval" for s in running)
+                if (ready or running) and quiet and self._should_hand_over():
+                    ready = []
+                    await self._hand_over(running)
         # Not BaseException: other exceptions (eviction's among them) pass through.
         except (StepFailed, asyncio.CancelledError) as exc:
             reason = str(exc) if isinstance(exc, StepFailed) else "run cancelled"
@@ -372,7 +449,8 @@ class RunWorkflow:
         try:
             output = await self._perform(step, state)
         except asyncio.CancelledError:
-            self.settle(state, "cancelled")
+            if not self._handing_over:  # a hand-over keeps the step waiting for its approval
+                self.settle(state, "cancelled")
             raise
         except StepFailed as exc:
             self.settle(state, "failed", error=str(exc))
@@ -490,6 +568,12 @@ class RunWorkflow:
     ) -> ApprovalRecord:
         """Ask a person and wait, however long, for the decision."""
         approval_id = f"{'help' if kind == 'needs_help' else 'apr'}-{step_id}"
+        if step_id in self._resumable:  # asked before continue-as-new: wait on that request
+            record = self._resumable.pop(step_id)
+            self._steps[step_id].status = "waiting_approval"
+            self.refresh()
+            await workflow.wait_condition(lambda: record.decision is not None)
+            return record
         base, n = approval_id, 1
         while approval_id in self._approvals:  # asked again about the same step
             n += 1

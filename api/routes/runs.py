@@ -184,7 +184,12 @@ def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput
     if errors:
         raise _invalid(errors)
     model = body.model or settings.model
-    config = RunConfig(default_model=model, prices=settings.prices, policy=policy)
+    config = RunConfig(
+        default_model=model,
+        prices=settings.prices,
+        policy=policy,
+        continue_as_new_every=settings.continue_as_new_every,
+    )
     budget = effective_budget(body.budget, settings.budget_defaults, settings.budget_ceilings)
     common = {
         "run_id": "",

@@ -1,0 +1,75 @@
+"""Continue-as-new: a plan run hands its state to a fresh history segment and goes on; the
+run id, status, approvals, budget and audit work across the boundary."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from api.app import create_app
+from longrun.settings import Settings
+from tests.helpers import Poll, submit
+
+
+@pytest.fixture
+async def short(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The API with history segments of three steps."""
+    app = create_app(settings.model_copy(update={"continue_as_new_every": 3}))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://a") as c:
+        yield c
+
+
+async def segments(client: Client, run_id: str) -> int:
+    count = await client.count_workflows(f"WorkflowId = '{run_id}'")
+    return count.count
+
+
+async def test_a_long_plan_continues_as_new_and_completes(
+    short: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    steps = [{"id": f"s{i}", "tool": "echo", "args": {"value": i}} for i in range(10)]
+    steps.append({"id": "sum", "tool": "echo", "args": {"value": "{{steps.s0.output.value}}"}})
+    run_id = await submit(short, steps, budget={"max_tool_calls": 100})
+    run = await wait_run(run_id, http=short)
+    assert run["status"] == "completed", run
+    assert [s["status"] for s in run["steps"]] == ["completed"] * 11
+    assert run["result"] == {"sum": {"value": 0}}  # a reference across segments
+    assert run["usage"]["tool_calls"] == 11  # the ledger travelled along
+    assert await segments(client, run_id) >= 4
+    trail = (await short.get(f"/v1/runs/{run_id}/audit")).json()["entries"]
+    assert trail[0]["action"] == "submitted"
+    assert [e["action"] for e in trail].count("continued as new") >= 3
+
+
+async def test_an_approval_pending_at_the_hand_over_is_answerable_after_it(
+    short: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    steps = [
+        {"id": "gate", "approval": {"message": "still there after the hand-over?"}},
+        {"id": "after", "tool": "echo", "depends_on": ["gate"]},
+    ]
+    steps += [
+        {"id": f"e{i}", "tool": "echo", "depends_on": [] if i == 0 else [f"e{i - 1}"]}
+        for i in range(5)
+    ]
+    run_id = await submit(short, steps)
+    run = await wait_run(
+        run_id,
+        lambda r: r["steps"][-1]["status"] == "completed" and r["status"] == "waiting_approval",
+        http=short,
+    )
+    assert await segments(client, run_id) >= 2  # the approval was pending across a hand-over
+    [pending] = run["pending_approvals"]
+    assert pending["approval_id"] == "apr-gate"
+    response = await short.post(
+        f"/v1/runs/{run_id}/approvals/apr-gate", json={"decision": "approve", "comment": "yes"}
+    )
+    assert response.status_code == 202
+    run = await wait_run(run_id, http=short)
+    assert run["status"] == "completed", run
+    assert [a["approval_id"] for a in run["approvals"]] == ["apr-gate"]
+    assert run["approvals"][0]["decided_by"] == "local"
