@@ -73,3 +73,29 @@ async def test_an_approval_pending_at_the_hand_over_is_answerable_after_it(
     assert run["status"] == "completed", run
     assert [a["approval_id"] for a in run["approvals"]] == ["apr-gate"]
     assert run["approvals"][0]["decided_by"] == "local"
+
+
+async def test_a_thousand_steps_of_50_kb_outputs_keep_every_segment_small(
+    settings: Settings, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    app = create_app(settings.model_copy(update={"continue_as_new_every": 250}))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+        fifty_kb = "print('x' * 50_000, end='', file=open('page.txt', 'w'))"
+        steps = [
+            {"id": "make", "tool": "python", "args": {"code": fifty_kb}, "requires_approval": False}
+        ]
+        steps += [
+            {"id": f"r{i}", "tool": "read_file", "args": {"path": "page.txt"}} for i in range(999)
+        ]
+        run_id = await submit(api, steps)
+        run = await wait_run(run_id, timeout_s=600, http=api)
+    assert run["status"] == "completed", run["error"]
+    assert run["steps"][-1]["output"]["content"]["bytes"] == 50_000
+    segments = [wf async for wf in client.list_workflows(f"WorkflowId = '{run_id}'")]
+    assert len(segments) >= 4
+    for segment in segments:
+        desc = await client.get_workflow_handle(run_id, run_id=segment.run_id).describe()
+        info = desc.raw_description.workflow_execution_info
+        assert info.history_length < 10_240
+        assert info.history_size_bytes < 10 * 1024 * 1024
