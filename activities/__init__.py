@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from activities.memory import MemoryActivities
 from activities.model import ModelActivities
 from activities.tools import REGISTRY, build_tool_activities
 from activities.verify import VerifyActivities
@@ -15,6 +16,7 @@ async def activities_for(settings: Settings) -> AsyncIterator[list[Callable[...,
     """Every activity a longrun worker hosts, bound to `settings`; closes clients on exit."""
     model = ModelActivities(settings)
     verify = VerifyActivities(settings, model)
+    memory = MemoryActivities(settings)
     try:
         yield [
             model.complete,
@@ -22,6 +24,8 @@ async def activities_for(settings: Settings) -> AsyncIterator[list[Callable[...,
             model.act,
             verify.step,
             verify.acceptance,
+            memory.write,
+            memory.recall,
             *build_tool_activities(settings),
         ]
     finally:

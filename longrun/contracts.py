@@ -596,3 +596,32 @@ class Verdict(BaseModel):
     passed: bool
     evidence: str
     usage: ModelUsage | None = None
+
+
+class Note(BaseModel):
+    """One entry of a run's journal."""
+
+    kind: str
+    step: str
+    text: str
+
+
+class NoteWrite(BaseModel):
+    """Input of `memory.write`."""
+
+    run_id: str
+    note: Note
+
+
+class RecallRequest(BaseModel):
+    """Input of `memory.recall`: what the step is about, and how many notes to return."""
+
+    run_id: str
+    query: str
+    k: int = 5
+
+
+class Recall(BaseModel):
+    """Output of `memory.recall`: notes, most relevant first."""
+
+    notes: list[Note]

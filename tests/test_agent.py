@@ -269,3 +269,37 @@ async def test_arguments_an_agent_must_not_send_are_refused_without_running(
     assert "Invalid arguments for read_file" in told[0]
     assert "secrets are for plan steps" in told[1]
     assert run["steps"] == []  # nothing ran
+
+
+async def test_a_note_written_early_is_recalled_where_it_matters(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    fact = "The deploy token lives in vault path ops/deploy"
+    standin.scenario(
+        [
+            {
+                "match": "agent-memory",
+                "role": "plan",
+                "json": plan(
+                    ("learn", "look around"),
+                    ("filler", "tidy the workspace"),
+                    ("use", "read the deploy token from its vault path"),
+                ),
+            },
+            act("agent-memory", ("note", {"text": fact, "kind": "fact"})),
+            act("agent-memory", reply="noted where the token lives"),
+            act("agent-memory", reply="tidied"),
+            act("agent-memory", reply="used it"),
+        ]
+    )
+    run_id = await start(api, goal="agent-memory: deploy", tools=["note"])
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    acts = standin.calls("agent-memory", role="act")
+    use_brief = next(
+        c["messages"][1]["content"]
+        for c in acts
+        if "Your step now: use" in c["messages"][1]["content"]
+    )
+    assert "Notes from the journal" in use_brief
+    assert fact in use_brief

@@ -28,6 +28,7 @@ from workflows.common import (
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: method references, pure prompt text, pydantic models, and the
     # tool registry (read for argument schemas and side-effect classes only).
+    from activities.memory import MemoryActivities
     from activities.model import ModelActivities
     from activities.tools import REGISTRY
     from activities.verify import VerifyActivities
@@ -41,10 +42,14 @@ with workflow.unsafe.imports_passed_through():
         Criterion,
         CriterionState,
         ModelUsage,
+        Note,
+        NoteWrite,
         Phase,
         PlanAttempt,
         PlanItem,
         PlanRequest,
+        Recall,
+        RecallRequest,
         RunInput,
         RunState,
         ToolCallRequest,
@@ -56,6 +61,10 @@ if TYPE_CHECKING:
     from workflows.run import RunWorkflow
 
 VERIFY_TIMEOUT = timedelta(minutes=10)
+MEMORY_TIMEOUT = timedelta(seconds=30)
+RECALL_NOTES = 5
+# Runs started before the journal existed replay without its activities.
+MEMORY_PATCH = "agent-memory"
 MAX_ARGUMENT_CHARS = 200_000
 TOOL_RESULT_CHARS = 32_000  # of a tool result in history (its big fields are references)
 OBSERVATION_CHARS = 1500
@@ -174,6 +183,8 @@ class AgentLoop:
             if verdict.passed:
                 item.status = "completed"
                 self._notes.append(f"{item.id}: {item.summary}")
+                if workflow.patched(MEMORY_PATCH):
+                    await self._keep(item.id, "summary", f"{item.intent}: {item.summary}")
                 index += 1
                 feedback = None
                 continue
@@ -282,9 +293,16 @@ class AgentLoop:
     async def _act(self, item: PlanItem, feedback: str | None) -> bool:
         """Work on one step until the model says it is done; True if `finish` was proven."""
         self._enter("acting")
+        brief = self._brief(item, feedback)
+        if workflow.patched(MEMORY_PATCH):
+            recalled = await self._recall(f"{item.intent} {item.expected_evidence}")
+            if recalled:
+                brief += "\n\nNotes from the journal that may matter here:\n" + prompts.bullet(
+                    recalled
+                )
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": prompts.ACTOR},
-            {"role": "user", "content": self._brief(item, feedback)},
+            {"role": "user", "content": brief},
         ]
         self._observations = []
         for _ in range(self._spec.max_turns_per_step):
@@ -448,6 +466,27 @@ class AgentLoop:
         passed = len(self.acceptance) - len(failures)
         self._last_check = f"acceptance {passed}/{len(self.acceptance)} passed"
         return "\n".join(failures)
+
+    # --- memory ---------------------------------------------------------------------------
+
+    async def _recall(self, query: str) -> list[str]:
+        recall: Recall = await workflow.execute_activity_method(
+            MemoryActivities.recall,
+            RecallRequest(run_id=self._inp.run_id, query=query, k=RECALL_NOTES),
+            start_to_close_timeout=MEMORY_TIMEOUT,
+            retry_policy=retry_policy(None),
+            summary="recall notes",
+        )
+        return [f"[{n.kind}, {n.step}] {n.text}" for n in recall.notes]
+
+    async def _keep(self, step: str, kind: str, text: str) -> None:
+        await workflow.execute_activity_method(
+            MemoryActivities.write,
+            NoteWrite(run_id=self._inp.run_id, note=Note(kind=kind, step=step, text=text[:2000])),
+            start_to_close_timeout=MEMORY_TIMEOUT,
+            retry_policy=retry_policy(None),
+            summary=f"note: {step}",
+        )
 
     # --- plumbing -----------------------------------------------------------------------------
 

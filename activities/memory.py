@@ -1,0 +1,101 @@
+"""The run's journal: notes kept outside workflow history and retrieved by relevance.
+
+One SQLite database per run with an FTS5 index; search ranks notes by BM25. The agent
+writes facts, decisions and open questions through the `note` tool; the loop writes a
+summary of every verified step. Each step's brief then carries the notes most relevant to
+it, however long ago they were written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio import activity
+
+from activities.errors import fatal, reported_with_attempt
+from activities.tools.registry import ToolContext, tool
+from longrun.contracts import Note, NoteWrite, Recall, RecallRequest, SideEffect
+from longrun.settings import Settings
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_WORD = re.compile(r"[^\W_]{3,}", re.UNICODE)
+
+
+class Journal:
+    """Notes of every run under one directory, a database per run."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _connect(self, run_id: str) -> sqlite3.Connection:
+        if not _RUN_ID.match(run_id):
+            raise fatal(f"run id '{run_id}' cannot name a journal")
+        self.root.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.root / f"{run_id}.sqlite")
+        db.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS notes "
+            "USING fts5(kind UNINDEXED, step UNINDEXED, text)"
+        )
+        return db
+
+    def add(self, run_id: str, kind: str, step: str, text: str) -> None:
+        """Keep one note."""
+        with closing(self._connect(run_id)) as db, db:
+            db.execute("INSERT INTO notes VALUES (?, ?, ?)", (kind, step, text))
+
+    def search(self, run_id: str, query: str, k: int) -> list[Note]:
+        """The `k` notes most relevant to `query` (BM25), best first."""
+        words = sorted({w.lower() for w in _WORD.findall(query)})
+        if not words:
+            return []
+        match = " OR ".join(f'"{w}"' for w in words)
+        with closing(self._connect(run_id)) as db:
+            rows = db.execute(
+                "SELECT kind, step, text FROM notes WHERE notes MATCH ? ORDER BY bm25(notes) "
+                "LIMIT ?",
+                (match, k),
+            ).fetchall()
+        return [Note(kind=kind, step=step, text=text) for kind, step, text in rows]
+
+
+class MemoryActivities:
+    """`memory.write` and `memory.recall`, bound to one worker's data directory."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._journal = Journal(settings.data_dir.resolve() / "memory")
+
+    @activity.defn(name="memory.write")
+    async def write(self, note: NoteWrite) -> None:
+        """Keep a note in the run's journal."""
+        with reported_with_attempt():
+            await asyncio.to_thread(
+                self._journal.add, note.run_id, note.note.kind, note.note.step, note.note.text
+            )
+
+    @activity.defn(name="memory.recall")
+    async def recall(self, req: RecallRequest) -> Recall:
+        """The notes most relevant to a query."""
+        with reported_with_attempt():
+            notes = await asyncio.to_thread(self._journal.search, req.run_id, req.query, req.k)
+            return Recall(notes=notes)
+
+
+class NoteArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=2000)
+    kind: Literal["fact", "decision", "question"] = "fact"
+
+
+@tool("note", args=NoteArgs, side_effect=SideEffect.READ_ONLY)
+async def note(args: NoteArgs, ctx: ToolContext) -> dict[str, Any]:
+    """Keep a fact, decision or open question in the run's journal for later steps."""
+    journal = Journal(ctx.settings.data_dir.resolve() / "memory")
+    await asyncio.to_thread(journal.add, ctx.run_id, args.kind, ctx.step_id, args.text)
+    return {"kept": args.kind}
