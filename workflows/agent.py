@@ -70,6 +70,7 @@ TOOL_RESULT_CHARS = 32_000  # of a tool result in history (its big fields are re
 OBSERVATION_CHARS = 1500
 OBSERVATIONS_KEPT = 8
 NOTES_KEPT = 10
+PLAN_WINDOW = 5  # plan steps shown on each side of the current one
 
 
 def describe_criterion(criterion: Criterion) -> str:
@@ -274,8 +275,21 @@ class AgentLoop:
 
     # --- acting -------------------------------------------------------------------------------
 
+    def _plan_window(self, item: PlanItem) -> list[str]:
+        """The plan around the current step; the rest is counted, so the brief stays the
+        same size however long the plan."""
+        at = self.plan.index(item) if item in self.plan else 0
+        start, end = max(0, at - PLAN_WINDOW), at + PLAN_WINDOW + 1
+        lines = [f"[{p.status}] {p.id}: {p.intent}" for p in self.plan[start:end]]
+        if start:
+            done = sum(1 for p in self.plan[:start] if p.status == "completed")
+            lines.insert(0, f"... {start} earlier steps ({done} completed)")
+        if end < len(self.plan):
+            lines.append(f"... {len(self.plan) - end} more steps")
+        return lines
+
     def _brief(self, item: PlanItem, feedback: str | None) -> str:
-        plan = [f"[{p.status}] {p.id}: {p.intent}" for p in self.plan]
+        plan = self._plan_window(item)
         parts = [
             f"Goal: {self._inp.goal}",
             "Acceptance criteria:\n"
