@@ -6,6 +6,7 @@ attempt is visible in history and bounded by the step's retry policy.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -104,11 +105,14 @@ class ModelActivities:
     async def complete(self, req: ModelRequest) -> ModelResult:
         """Ask the model once; transient provider failures are raised for Temporal to retry."""
         with reported_with_attempt() as attempt:
+            # Artifact reads are file I/O: off the event loop, like the tools'.
+            prompt, system = await asyncio.to_thread(
+                self._store.expand, req.run_id, [req.prompt, req.system]
+            )
             messages: list[dict[str, Any]] = []
-            expand = self._store.expand
-            if req.system:
-                messages.append({"role": "system", "content": expand(req.run_id, req.system)})
-            messages.append({"role": "user", "content": expand(req.run_id, req.prompt)})
+            if system:
+                messages.append({"role": "system", "content": system})
+            messages.append({"role": "user", "content": prompt})
             extra: dict[str, Any] = {}
             if req.json_schema is not None:
                 extra["response_format"] = _json_format("output", req.json_schema)
@@ -155,7 +159,9 @@ class ModelActivities:
     async def act(self, req: ActRequest) -> ActResult:
         """One turn of the actor: it answers, calls tools, or both."""
         with reported_with_attempt() as attempt:
-            messages = [self._read_through(req.run_id, m) for m in req.messages]
+            messages = await asyncio.to_thread(
+                lambda: [self._read_through(req.run_id, m) for m in req.messages]
+            )
             message, usage = await self.chat(req.model, messages, tools=req.tools)
             calls = [
                 ToolCallRequest(id=c.id, name=c.function.name, arguments=c.function.arguments)

@@ -398,10 +398,7 @@ async def bench(args: argparse.Namespace, rates: list[float]) -> None:
         ServerThread(standin_app) as standin_server,
         ServerThread(flaky.app()) as flaky_server,
     ):
-        server = TemporalDevServer(Path(tmp) / "temporal.db", port=free_port())
-        server.start()
-        try:
-            await server.wait_ready()
+        async with TemporalDevServer(Path(tmp) / "temporal.db", port=free_port()) as server:
             settings = Settings(
                 _env_file=None,
                 TEMPORAL_ADDRESS=server.address,
@@ -450,8 +447,6 @@ async def bench(args: argparse.Namespace, rates: list[float]) -> None:
                     ours.wall_s = time.perf_counter() - t0
                     await collect(standin_server.url, flaky, ours)
             await oai.close()
-        finally:
-            server.stop()
     report(results, rates, args, time.perf_counter() - started)
 
 

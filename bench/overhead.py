@@ -158,10 +158,7 @@ async def run_bare(client: Client, task_queue: str, steps: int) -> Timing:
 async def bench(steps: int, runs: int, warmup: int) -> None:
     """Start Temporal and both workers, run the sides interleaved, print the table."""
     with tempfile.TemporaryDirectory(prefix="longrun-bench-") as tmp:
-        server = TemporalDevServer(Path(tmp) / "temporal.db", port=free_port())
-        server.start()
-        try:
-            await server.wait_ready()
+        async with TemporalDevServer(Path(tmp) / "temporal.db", port=free_port()) as server:
             settings = Settings(
                 _env_file=None,
                 TEMPORAL_ADDRESS=server.address,
@@ -186,8 +183,6 @@ async def bench(steps: int, runs: int, warmup: int) -> None:
                             took = await run_bare(client, bare_queue, steps)
                         if n >= warmup:
                             times[side].append(took)
-        finally:
-            server.stop()
     report(times, steps, runs, warmup)
 
 

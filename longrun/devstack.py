@@ -151,6 +151,19 @@ class TemporalDevServer:
                     raise DevStackError(f"Temporal did not come up on {self.address}") from None
                 await asyncio.sleep(0.2)
 
+    async def __aenter__(self) -> TemporalDevServer:
+        """Start the server and wait until it answers; stop it again if it never does."""
+        self.start()
+        try:
+            await self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         """Stop the server and wait for it to exit."""
         if self.process is None or self.process.poll() is not None:

@@ -141,13 +141,8 @@ async def test_worker_killed_mid_run_finishes_each_step_once(
 
 @pytest.fixture
 async def own_server(tmp_path: Path) -> AsyncIterator[TemporalDevServer]:
-    server = TemporalDevServer(tmp_path / "restart.sqlite", port=free_port())
-    server.start()
-    try:
-        await server.wait_ready()
+    async with TemporalDevServer(tmp_path / "restart.sqlite", port=free_port()) as server:
         yield server
-    finally:
-        server.stop()
 
 
 async def test_temporal_restart_mid_run_completes(

@@ -240,9 +240,8 @@ class RunWorkflow:
         self._approvals = {a.approval_id: a for a in carry.approvals}
         self._undecided = {k: a for k, a in self._approvals.items() if a.decision is None}
         for record in self._approvals.values():
-            if self._steps.get(record.step_id, StepState(id="", kind="tool")).status == (
-                "waiting_approval"
-            ):
+            step = self._steps.get(record.step_id)
+            if step is not None and step.status == "waiting_approval":
                 self._resumable[record.step_id] = record
         self._done = sum(1 for s in carry.steps if s.status in ("completed", "skipped"))
         self._usage = carry.usage
