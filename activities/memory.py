@@ -33,6 +33,11 @@ class Journal:
     def __init__(self, root: Path) -> None:
         self.root = root
 
+    @classmethod
+    def of(cls, settings: Settings) -> Journal:
+        """The journals of a worker's data directory."""
+        return cls(settings.data_dir.resolve() / "memory")
+
     def _connect(self, run_id: str) -> sqlite3.Connection:
         if not _RUN_ID.match(run_id):
             raise fatal(f"run id '{run_id}' cannot name a journal")
@@ -45,8 +50,11 @@ class Journal:
         return db
 
     def add(self, run_id: str, kind: str, step: str, text: str) -> None:
-        """Keep one note."""
+        """Keep one note; the same note again (a retried activity) is kept once."""
         with closing(self._connect(run_id)) as db, db:
+            db.execute(
+                "DELETE FROM notes WHERE kind = ? AND step = ? AND text = ?", (kind, step, text)
+            )
             db.execute("INSERT INTO notes VALUES (?, ?, ?)", (kind, step, text))
 
     def search(self, run_id: str, query: str, k: int) -> list[Note]:
@@ -68,7 +76,7 @@ class MemoryActivities:
     """`memory.write` and `memory.recall`, bound to one worker's data directory."""
 
     def __init__(self, settings: Settings) -> None:
-        self._journal = Journal(settings.data_dir.resolve() / "memory")
+        self._journal = Journal.of(settings)
 
     @activity.defn(name="memory.write")
     async def write(self, note: NoteWrite) -> None:
@@ -96,6 +104,6 @@ class NoteArgs(BaseModel):
 @tool("note", args=NoteArgs, side_effect=SideEffect.READ_ONLY)
 async def note(args: NoteArgs, ctx: ToolContext) -> dict[str, Any]:
     """Keep a fact, decision or open question in the run's journal for later steps."""
-    journal = Journal(ctx.settings.data_dir.resolve() / "memory")
+    journal = Journal.of(ctx.settings)
     await asyncio.to_thread(journal.add, ctx.run_id, args.kind, ctx.step_id, args.text)
     return {"kept": args.kind}

@@ -18,11 +18,14 @@ from temporalio import activity
 
 from activities.artifacts import LocalArtifactStore
 from activities.errors import fatal, reported_with_attempt, retry_after_seconds, transient
-from longrun import prompts
+from activities.memory import Journal
+from longrun import context, prompts
 from longrun.contracts import (
     ActRequest,
     ActResult,
     AgentPlan,
+    CompactRequest,
+    CompactResult,
     ModelRequest,
     ModelResult,
     ModelUsage,
@@ -35,6 +38,7 @@ from longrun.settings import Settings
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 TOOL_RESULT_CHARS = 16_000  # of one tool result, as the actor reads it
+RECALL_NOTES = 5  # journal notes offered to the actor per call
 
 
 class ModelActivities:
@@ -44,6 +48,7 @@ class ModelActivities:
         self._settings = settings
         self._client: AsyncOpenAI | None = None
         self._store = LocalArtifactStore(settings.artifacts_dir)
+        self._journal = Journal.of(settings)
 
     def _get_client(self) -> AsyncOpenAI:
         if self._client is None:
@@ -159,9 +164,7 @@ class ModelActivities:
     async def act(self, req: ActRequest) -> ActResult:
         """One turn of the actor: it answers, calls tools, or both."""
         with reported_with_attempt() as attempt:
-            messages = await asyncio.to_thread(
-                lambda: [self._read_through(req.run_id, m) for m in req.messages]
-            )
+            messages, trimmed = await asyncio.to_thread(self._prompt, req)
             message, usage = await self.chat(req.model, messages, tools=req.tools)
             calls = [
                 ToolCallRequest(id=c.id, name=c.function.name, arguments=c.function.arguments)
@@ -169,8 +172,40 @@ class ModelActivities:
                 if c.type == "function"
             ]
             return ActResult(
-                content=message.content, tool_calls=calls, usage=usage, attempt=attempt
+                content=message.content,
+                tool_calls=calls,
+                usage=usage,
+                attempt=attempt,
+                trimmed=trimmed,
             )
+
+    def _prompt(self, req: ActRequest) -> tuple[list[dict[str, Any]], list[str]]:
+        """The actor's messages: tool results read back in, and with a brief, the prompt
+        assembled around the journal's relevant notes within the token budget. Blocking
+        file work: call it in a thread."""
+        turns = [self._read_through(req.run_id, m) for m in req.messages]
+        if req.brief is None:
+            return turns, []
+        found = self._journal.search(req.run_id, req.brief.recall, RECALL_NOTES)
+        notes = [f"[{n.kind}, {n.step}] {n.text}" for n in found]
+        return context.assemble(req.brief, notes, turns)
+
+    @activity.defn(name="context.compact")
+    async def compact(self, req: CompactRequest) -> CompactResult:
+        """Fold the oldest progress entries into the rolling summary; the entries
+        themselves stay in the journal."""
+        with reported_with_attempt():
+            message, usage = await self.chat(
+                req.model,
+                [
+                    {"role": "system", "content": prompts.COMPACTOR},
+                    {"role": "user", "content": prompts.compact_request(req)},
+                ],
+            )
+            summary = (message.content or "").strip()
+            if len(summary) > req.max_chars:  # keep the newest part: it is what comes next
+                summary = "…" + summary[-(req.max_chars - 1) :]
+            return CompactResult(summary=summary, usage=usage)
 
     def _read_through(self, run_id: str, message: dict[str, Any]) -> dict[str, Any]:
         """A tool result as the model should see it: stored outputs put back, then cut to

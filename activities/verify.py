@@ -15,6 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import reported_with_attempt
+from activities.memory import Journal
 from activities.model import ModelActivities
 from activities.tools.registry import REGISTRY, ToolContext, heartbeating, workspace_of
 from activities.tools.workspace import confine
@@ -22,6 +23,7 @@ from longrun.contracts import CheckRequest, Expect, ToolCheck, Verdict
 from longrun.plans import ReferenceError_, lookup
 from longrun.settings import Settings
 
+MAX_NOTE_CHARS = 2000
 SNAPSHOT_FILES = 40
 SNAPSHOT_FILE_BYTES = 4096
 SNAPSHOT_TOTAL_BYTES = 24_000
@@ -123,6 +125,7 @@ class VerifyActivities:
     def __init__(self, settings: Settings, model: ModelActivities) -> None:
         self._settings = settings
         self._model = model
+        self._journal = Journal.of(settings)
 
     async def _run_check(self, req: CheckRequest, check: ToolCheck) -> Verdict:
         spec = REGISTRY[check.tool]
@@ -166,8 +169,17 @@ class VerifyActivities:
 
     @activity.defn(name="verify.step")
     async def step(self, req: CheckRequest) -> Verdict:
-        """Check that a plan step produced its expected evidence."""
-        return await self._verify(req)
+        """Check that a plan step produced its expected evidence; keep the outcome in the
+        run's journal when asked."""
+        verdict = await self._verify(req)
+        if req.journal is not None:
+            note = req.journal
+            if not verdict.passed:
+                text = f"{note.text}\nverification failed: {verdict.evidence}"
+                note = note.model_copy(update={"kind": "verification", "text": text})
+            text = note.text[:MAX_NOTE_CHARS]
+            await asyncio.to_thread(self._journal.add, req.run_id, note.kind, note.step, text)
+        return verdict
 
     @activity.defn(name="verify.acceptance")
     async def acceptance(self, req: CheckRequest) -> Verdict:

@@ -242,6 +242,8 @@ class RunConfig(BaseModel):
     # A plan run continues as new after this many steps end in one history segment (or
     # sooner, when Temporal suggests it).
     continue_as_new_every: int = Field(500, ge=1)
+    # The most an actor prompt may hold, in estimated tokens (see longrun.context).
+    prompt_token_budget: int = Field(12_000, ge=1000)
     prices: dict[str, Price] = Field(default_factory=dict)
     policy: Policy = Field(default_factory=Policy)
 
@@ -287,10 +289,24 @@ class AgentPlanStep(_Strict):
     expected_evidence: str = Field(min_length=1, max_length=2000)
 
 
+MAX_AGENT_PLAN_STEPS = 1000
+MAX_AGENT_PLAN_CHARS = 400_000
+
+
 class AgentPlan(_Strict):
     """The planner's answer, validated before the run uses it."""
 
-    steps: list[AgentPlanStep] = Field(min_length=1, max_length=50)
+    steps: list[AgentPlanStep] = Field(min_length=1, max_length=MAX_AGENT_PLAN_STEPS)
+
+    @model_validator(mode="after")
+    def _not_too_long(self) -> AgentPlan:
+        size = sum(len(s.intent) + len(s.expected_evidence) for s in self.steps)
+        if size > MAX_AGENT_PLAN_CHARS:
+            raise ValueError(
+                f"the plan's intents and evidence hold {size} characters; at most "
+                f"{MAX_AGENT_PLAN_CHARS} fit in a run's state"
+            )
+        return self
 
 
 class PlanItem(BaseModel):
@@ -463,6 +479,22 @@ class RunCarry(BaseModel):
     completed_calls: list[CompletedCall] = Field(default_factory=list)
     pause_request: ControlRequest | None = None
     compensate_on_cancel: bool = False
+    agent: AgentCarry | None = None
+
+
+class AgentCarry(BaseModel):
+    """Where a goal-only run's loop stands, handed to its next history segment."""
+
+    plan: list[PlanItem]
+    index: int
+    feedback: str | None = None
+    acceptance: list[CriterionState]
+    replans: int = 0
+    premature_completions: int = 0
+    turns: int = 0
+    tool_calls: int = 0
+    progress: list[str] = Field(default_factory=list)
+    summary: str = ""
 
 
 class ApprovalDecision(_Strict):
@@ -559,14 +591,35 @@ class ToolCallRequest(BaseModel):
     arguments: str
 
 
+class Brief(BaseModel):
+    """What an actor's prompt is assembled from; `model.act` adds the journal's notes
+    relevant to `recall` and trims the whole to `token_budget` (see longrun.context)."""
+
+    goal: str
+    criteria: list[str]
+    plan: list[str]
+    summary: str = ""
+    progress: list[str] = Field(default_factory=list)
+    step: str
+    guidance: list[str] = Field(default_factory=list)
+    feedback: str | None = None
+    recall: str = ""
+    token_budget: int = 12_000
+
+
 class ActRequest(BaseModel):
-    """Input of `model.act`: one turn of a step's conversation, with the tools offered."""
+    """Input of `model.act`: one turn of a step's conversation, with the tools offered.
+
+    With a `brief`, `messages` hold only this step's turns and the activity puts the
+    prompt together; without one (runs started before briefs), `messages` are complete.
+    """
 
     run_id: str
     step_id: str
     model: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
+    brief: Brief | None = None
 
 
 class ActResult(BaseModel):
@@ -576,6 +629,7 @@ class ActResult(BaseModel):
     tool_calls: list[ToolCallRequest] = Field(default_factory=list)
     usage: ModelUsage
     attempt: int = 1
+    trimmed: list[str] = Field(default_factory=list, description="what the budget left out")
 
 
 class CheckRequest(BaseModel):
@@ -588,6 +642,9 @@ class CheckRequest(BaseModel):
     statement: str | None = None
     observations: str = ""
     judge_model: str
+    # Kept in the run's journal with the verdict: the step's summary when it passes, the
+    # failed verification when it does not.
+    journal: Note | None = None
 
 
 class Verdict(BaseModel):
@@ -625,3 +682,21 @@ class Recall(BaseModel):
     """Output of `memory.recall`: notes, most relevant first."""
 
     notes: list[Note]
+
+
+class CompactRequest(BaseModel):
+    """Input of `context.compact`: the rolling summary and the oldest progress to fold in."""
+
+    run_id: str
+    model: str
+    goal: str
+    summary: str
+    entries: list[str]
+    max_chars: int = 2000
+
+
+class CompactResult(BaseModel):
+    """Output of `context.compact`: the new rolling summary."""
+
+    summary: str
+    usage: ModelUsage

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from longrun.contracts import PlanRequest
+    from longrun.contracts import CompactRequest, PlanRequest
 
 PLANNER = (
     "You plan work for an autonomous agent. Break the goal into a short sequence of concrete "
@@ -28,6 +28,13 @@ JUDGE = (
     "You verify claims about work an agent did. Decide from the evidence only whether the "
     "statement holds. Answer with JSON only: "
     '{"passed": true|false, "reason": "..."}; the reason must cite the evidence.'
+)
+
+COMPACTOR = (
+    "You keep the progress summary of a long-running agent job. Merge the finished steps "
+    "you are given into the current summary. Keep facts later steps may need (names, "
+    "paths, values, decisions, open problems); drop routine detail. Answer with the new "
+    "summary only, in plain text, within the length you are given."
 )
 
 FINISH_TOOL = {
@@ -69,3 +76,12 @@ def plan_request(req: PlanRequest) -> str:
 def judge_request(goal: str, statement: str, evidence: str) -> str:
     """The judge's user message."""
     return f"Goal: {goal}\n\nStatement: {statement}\n\nEvidence:\n{evidence or '(no evidence)'}"
+
+
+def compact_request(req: CompactRequest) -> str:
+    """The compactor's user message."""
+    return (
+        f"Goal: {req.goal}\n\nCurrent summary:\n{req.summary or '(none yet)'}\n\n"
+        f"Finished steps to merge in, oldest first:\n{bullet(req.entries)}\n\n"
+        f"Answer with the new summary, at most {req.max_chars} characters."
+    )

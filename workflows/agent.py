@@ -2,8 +2,11 @@
 
 All decisions are made here, deterministically; every model call, tool call and check is an
 activity. The loop refuses to call a run complete until every acceptance criterion passes.
-Each step's conversation starts fresh from a short brief (goal, criteria, plan with
-statuses, notes of finished steps), so prompts stay small however long the run.
+Each step's conversation starts fresh from a short brief (goal, criteria, the plan around
+the step, a rolling summary, the last finished steps); `model.act` adds the journal's notes
+relevant to the step and keeps the prompt within a token budget (longrun.context). Older
+progress is folded into the summary by `context.compact`, and the loop continues as new
+between steps, so neither prompts nor history grow with the length of the run.
 """
 
 from __future__ import annotations
@@ -36,9 +39,13 @@ with workflow.unsafe.imports_passed_through():
     from longrun.contracts import (
         ActRequest,
         ActResult,
+        AgentCarry,
         AgentPlan,
         AgentSpec,
+        Brief,
         CheckRequest,
+        CompactRequest,
+        CompactResult,
         Criterion,
         CriterionState,
         ModelUsage,
@@ -65,6 +72,12 @@ MEMORY_TIMEOUT = timedelta(seconds=30)
 RECALL_NOTES = 5
 # Runs started before the journal existed replay without its activities.
 MEMORY_PATCH = "agent-memory"
+# Runs started before briefs, compaction and continue-as-new replay the way they ran.
+CONTEXT_PATCH = "agent-context"
+COMPACT_AT = 12  # finished steps listed in full before the oldest are summarized
+KEEP_RECENT = 4  # finished steps still listed in full after compaction
+SUMMARY_CHARS = 2000
+CARRIED_SUMMARY_CHARS = 200  # of a finished step outside the plan window, when handing over
 MAX_ARGUMENT_CHARS = 200_000
 TOOL_RESULT_CHARS = 32_000  # of a tool result in history (its big fields are references)
 OBSERVATION_CHARS = 1500
@@ -117,6 +130,49 @@ class AgentLoop:
         self._current: PlanItem | None = None
         self._last_check: str | None = None
         self._offered = [tool_schema(name) for name in spec.tools] + [prompts.FINISH_TOOL]
+        self._summary = ""  # rolling summary of progress older than self._notes
+        self._context = False  # set once the run knows it assembles prompts from briefs
+        self._verified_here = 0  # plan steps verified in this history segment
+        self._index = 0
+        self._feedback: str | None = None
+        self._resumed = inp.carry is not None and inp.carry.agent is not None
+        if inp.carry is not None and inp.carry.agent is not None:
+            self._restore(inp.carry.agent)
+
+    def _restore(self, carry: AgentCarry) -> None:
+        self.plan = carry.plan
+        self._index = carry.index
+        self._feedback = carry.feedback
+        self.acceptance = carry.acceptance
+        self.replans = carry.replans
+        self.premature_completions = carry.premature_completions
+        self._turns = carry.turns
+        self._tool_calls = carry.tool_calls
+        self._notes = carry.progress
+        self._summary = carry.summary
+        if self._index < len(self.plan):
+            self._current = self.plan[self._index]
+
+    def _carry(self) -> AgentCarry:
+        """The loop's state for the next history segment; finished steps far behind keep
+        a short summary (the journal has the rest)."""
+        plan = [item.model_copy() for item in self.plan]
+        for item in plan[: max(0, self._index - PLAN_WINDOW)]:
+            if item.summary and len(item.summary) > CARRIED_SUMMARY_CHARS:
+                item.summary = item.summary[:CARRIED_SUMMARY_CHARS] + "…"
+            item.verification = None
+        return AgentCarry(
+            plan=plan,
+            index=self._index,
+            feedback=self._feedback,
+            acceptance=self.acceptance,
+            replans=self.replans,
+            premature_completions=self.premature_completions,
+            turns=self._turns,
+            tool_calls=self._tool_calls,
+            progress=self._notes,
+            summary=self._summary,
+        )
 
     # --- what status shows --------------------------------------------------------------------
 
@@ -154,10 +210,16 @@ class AgentLoop:
 
     async def run(self) -> dict[str, Any]:
         """Plan, then work through the plan until the goal is verifiably met."""
-        self.plan = await self._make_plan(context=None)
-        index = 0
-        feedback: str | None = None
+        self._context = workflow.patched(CONTEXT_PATCH)
+        if not self._resumed:
+            self.plan = await self._make_plan(context=None)
+        index = self._index
+        feedback = self._feedback
         while True:
+            # Between steps is the quiet moment to hand over: no call or approval is open.
+            if self._context and self._run.hand_over_due(self._verified_here):
+                self._index, self._feedback = index, feedback
+                await self._run.hand_over({}, agent=self._carry())
             if index == len(self.plan):
                 # The plan is done, which claims the goal is met: prove it.
                 failures = await self._check_acceptance()
@@ -184,7 +246,10 @@ class AgentLoop:
             if verdict.passed:
                 item.status = "completed"
                 self._notes.append(f"{item.id}: {item.summary}")
-                if workflow.patched(MEMORY_PATCH):
+                self._verified_here += 1
+                if self._context:
+                    await self._compact_if_due()
+                elif workflow.patched(MEMORY_PATCH):
                     await self._keep(item.id, "summary", f"{item.intent}: {item.summary}")
                 index += 1
                 feedback = None
@@ -215,7 +280,11 @@ class AgentLoop:
         }
 
     def _replan_context(self, item: PlanItem, why: str) -> str:
-        done = [f"{p.id}: {p.summary}" for p in self.plan if p.status == "completed"]
+        if self._context:  # bounded however many steps are done
+            done = [f"(summary) {self._summary}"] if self._summary else []
+            done += self._notes
+        else:
+            done = [f"{p.id}: {p.summary}" for p in self.plan if p.status == "completed"]
         return (
             f"Done so far:\n{prompts.bullet(done)}\n\n"
             f"Step '{item.id}' ({item.intent}) failed verification "
@@ -304,20 +373,41 @@ class AgentLoop:
             parts.append(feedback)
         return "\n\n".join(parts)
 
+    def _new_brief(self, item: PlanItem, feedback: str | None) -> Brief:
+        return Brief(
+            goal=self._inp.goal,
+            criteria=[describe_criterion(c) for c in self._spec.acceptance],
+            plan=self._plan_window(item),
+            summary=self._summary,
+            progress=self._notes,
+            step=f"{item.id}: {item.intent}\nExpected evidence: {item.expected_evidence}",
+            guidance=item.guidance,
+            feedback=feedback,
+            recall=f"{item.intent} {item.expected_evidence}",
+            token_budget=self._inp.config.prompt_token_budget,
+        )
+
     async def _act(self, item: PlanItem, feedback: str | None) -> bool:
         """Work on one step until the model says it is done; True if `finish` was proven."""
         self._enter("acting")
-        brief = self._brief(item, feedback)
-        if workflow.patched(MEMORY_PATCH):
-            recalled = await self._recall(f"{item.intent} {item.expected_evidence}")
-            if recalled:
-                brief += "\n\nNotes from the journal that may matter here:\n" + prompts.bullet(
-                    recalled
-                )
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": prompts.ACTOR},
-            {"role": "user", "content": brief},
-        ]
+        brief: Brief | None = None
+        messages: list[dict[str, Any]] = []
+        if self._context:
+            # model.act puts the prompt together; history carries the brief and this
+            # step's turns only.
+            brief = self._new_brief(item, feedback)
+        else:
+            text = self._brief(item, feedback)
+            if workflow.patched(MEMORY_PATCH):
+                recalled = await self._recall(f"{item.intent} {item.expected_evidence}")
+                if recalled:
+                    text += "\n\nNotes from the journal that may matter here:\n" + (
+                        prompts.bullet(recalled)
+                    )
+            messages = [
+                {"role": "system", "content": prompts.ACTOR},
+                {"role": "user", "content": text},
+            ]
         self._observations = []
         for _ in range(self._spec.max_turns_per_step):
             if self._turns >= self._spec.max_steps:
@@ -333,6 +423,7 @@ class AgentLoop:
                     model=self._spec.actor_model,
                     messages=messages,
                     tools=self._offered,
+                    brief=brief,
                 ),
                 summary=f"act: {item.id} (turn {self._turns})",
             )
@@ -438,6 +529,9 @@ class AgentLoop:
                 observations=f"The agent's summary: {item.summary}\nTool results:\n"
                 + prompts.bullet(self._observations),
                 judge_model=self._spec.judge_model,
+                journal=Note(kind="summary", step=item.id, text=f"{item.intent}: {item.summary}")
+                if self._context
+                else None,
             ),
             summary=f"verify: {item.id}",
             limit=VERIFY_TIMEOUT,
@@ -454,6 +548,8 @@ class AgentLoop:
             f"The agent's claim: {summary}\nNotes from finished steps:\n"
             + prompts.bullet(self._notes[-NOTES_KEPT:])
         )
+        if self._summary:
+            observations = f"Progress summary: {self._summary}\n{observations}"
         failures = []
         for criterion, state in zip(self._spec.acceptance, self.acceptance, strict=True):
             check = criterion.check
@@ -482,6 +578,28 @@ class AgentLoop:
         return "\n".join(failures)
 
     # --- memory ---------------------------------------------------------------------------
+
+    async def _compact_if_due(self) -> None:
+        """Fold the oldest finished steps into the rolling summary once the list is long;
+        each step's own note stays in the journal."""
+        if len(self._notes) <= COMPACT_AT:
+            return
+        entries = self._notes[:-KEEP_RECENT]
+        result: CompactResult = await self._activity(
+            ModelActivities.compact,
+            CompactRequest(
+                run_id=self._inp.run_id,
+                model=self._spec.actor_model,
+                goal=self._inp.goal,
+                summary=self._summary,
+                entries=entries,
+                max_chars=SUMMARY_CHARS,
+            ),
+            summary=f"compact {len(entries)} steps",
+        )
+        self._count(result.usage)
+        self._summary = result.summary
+        self._notes = self._notes[-KEEP_RECENT:]
 
     async def _recall(self, query: str) -> list[str]:
         recall: Recall = await workflow.execute_activity_method(

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from longrun import plans
     from longrun.contracts import (
         LIVE_RUN_STATUSES,
+        AgentCarry,
         ApprovalDecision,
         ApprovalKind,
         ApprovalRecord,
@@ -67,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
 
+AGENT_STEPS_KEPT = 100  # an agent's latest tool calls carried across continue-as-new
 STATUS_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunStatus")
 LABELS_ATTRIBUTE = SearchAttributeKey.for_keyword_list("LongrunLabels")
 
@@ -251,25 +253,34 @@ class RunWorkflow:
         self._pause_request = carry.pause_request
         self._compensate_on_cancel = carry.compensate_on_cancel
 
-    def _should_hand_over(self) -> bool:
+    def hand_over_due(self, settled: int) -> bool:
+        """Whether to continue as new, after `settled` steps ended in this segment."""
         return (
-            self._settled_here >= self._inp.config.continue_as_new_every
+            settled >= self._inp.config.continue_as_new_every
             or workflow.info().is_continue_as_new_suggested()
         )
 
-    async def _hand_over(self, running: dict[str, asyncio.Task[None]]) -> NoReturn:
+    async def hand_over(
+        self, running: dict[str, asyncio.Task[None]], agent: AgentCarry | None = None
+    ) -> NoReturn:
         """Continue as new: stop the steps that only wait for a person (their approvals
         travel along and are waited on again), let handlers finish, pass the state on."""
         self._handing_over = True
         for task in running.values():
             task.cancel()
         await asyncio.gather(*running.values(), return_exceptions=True)
+        # A signal that arrives after this point makes the server refuse the hand-over;
+        # the task runs again with it, so no signal is lost.
         await workflow.wait_condition(workflow.all_handlers_finished)
         self.record("longrun", "continued as new", f"segment {self._segment + 1}")
+        steps = list(self._steps.values())
+        if agent is not None:
+            # An agent's tool calls are referenced by nobody later: keep the recent ones.
+            steps = steps[-AGENT_STEPS_KEPT:]
         carry = RunCarry(
             segment=self._segment + 1,
             started=self._started,
-            steps=list(self._steps.values()),
+            steps=steps,
             approvals=list(self._approvals.values()),
             usage=self._usage,
             budget=self._budget,
@@ -277,6 +288,7 @@ class RunWorkflow:
             completed_calls=self._completed_calls,
             pause_request=self._pause_request,
             compensate_on_cancel=self._compensate_on_cancel,
+            agent=agent,
         )
         workflow.continue_as_new(self._inp.model_copy(update={"carry": carry}))
 
@@ -285,7 +297,13 @@ class RunWorkflow:
     def completed_call(
         self, step_id: str, tool: str, args: dict[str, Any], output: dict[str, Any]
     ) -> None:
-        """Remember a completed tool call, in case the run must undo it."""
+        """Remember a completed tool call, in case the run must undo it (read-only calls
+        leave nothing to undo or to report)."""
+        spec = REGISTRY[tool]
+        if spec.undo(args, output) is None:
+            effect = spec.side_effect_of(spec.args_model.model_validate(args))
+            if effect is not SideEffect.IRREVERSIBLE:
+                return
         self._completed_calls.append(
             CompletedCall(step_id=step_id, tool=tool, args=args, output=output)
         )
@@ -428,9 +446,9 @@ class RunWorkflow:
                                 ready.append(dependent)
                 # Hand over at a quiet moment: nothing running but waits for a person.
                 quiet = all(self._steps[s].status == "waiting_approval" for s in running)
-                if (ready or running) and quiet and self._should_hand_over():
+                if (ready or running) and quiet and self.hand_over_due(self._settled_here):
                     ready = []
-                    await self._hand_over(running)
+                    await self.hand_over(running)
         # Not BaseException: other exceptions (eviction's among them) pass through.
         except (StepFailed, asyncio.CancelledError) as exc:
             reason = str(exc) if isinstance(exc, StepFailed) else "run cancelled"

@@ -1,0 +1,121 @@
+"""Context assembly: the actor's prompt, built from a brief and kept under a token budget.
+
+A prompt is made of, in this order: the system prompt, the goal and acceptance criteria,
+the plan around the current step, the rolling summary of older progress, the last few
+finished steps, the journal notes most relevant to this step, the step itself (with
+guidance and feedback), then this step's own turns. When the estimate passes the budget,
+parts are trimmed in a fixed order, least needed first:
+
+1. journal notes, least relevant first;
+2. this step's older tool results (all but the latest two), cut to a preview;
+3. finished steps, oldest first;
+4. the rolling summary, from its start (its newest part stays);
+5. the plan, down to the current step and its neighbours.
+
+The system prompt, goal, criteria, the step, guidance, feedback and the latest tool
+results are never trimmed. Pure functions, so the workflow, the activity and the
+benchmarks agree on what a prompt holds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from longrun import prompts
+from longrun.contracts import Brief
+
+# Tokenizers differ by model and some download their tables at run time; an estimate
+# that over-counts English (about 4 bytes a token) also holds for code and JSON. The
+# provider's own count of every call is recorded in its usage.
+BYTES_PER_TOKEN = 3
+TOOL_PREVIEW_CHARS = 300
+FULL_TOOL_RESULTS = 2
+PLAN_NEIGHBOURS = 1
+
+
+def estimate_tokens(text: str) -> int:
+    """A conservative token count of `text`."""
+    return math.ceil(len(text.encode()) / BYTES_PER_TOKEN)
+
+
+def _size(messages: list[dict[str, Any]]) -> int:
+    total = 0
+    for message in messages:
+        total += estimate_tokens(str(message.get("content") or "")) + 4
+        if message.get("tool_calls"):
+            total += estimate_tokens(json.dumps(message["tool_calls"]))
+    return total
+
+
+def _user_message(
+    brief: Brief, plan: list[str], summary: str, progress: list[str], notes: list[str]
+) -> str:
+    parts = [
+        f"Goal: {brief.goal}",
+        f"Acceptance criteria:\n{prompts.bullet(brief.criteria)}",
+        f"Plan:\n{prompts.bullet(plan)}",
+    ]
+    if summary:
+        parts.append(f"Progress summary:\n{summary}")
+    parts.append(f"Recently finished steps:\n{prompts.bullet(progress)}")
+    if notes:
+        parts.append(f"Notes from the journal that may matter here:\n{prompts.bullet(notes)}")
+    parts.append(f"Your step now: {brief.step}")
+    if brief.guidance:
+        parts.append("Guidance from people:\n" + prompts.bullet(brief.guidance))
+    if brief.feedback:
+        parts.append(brief.feedback)
+    return "\n\n".join(parts)
+
+
+def _preview(message: dict[str, Any]) -> dict[str, Any]:
+    content = str(message.get("content") or "")
+    if len(content) <= TOOL_PREVIEW_CHARS:
+        return message
+    cut = f"{content[:TOOL_PREVIEW_CHARS]}… [older result cut: {len(content)} characters]"
+    return {**message, "content": cut}
+
+
+def assemble(
+    brief: Brief, notes: list[str], turns: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The messages of one actor call, and what was trimmed to fit the budget."""
+    plan, summary, progress, notes = list(brief.plan), brief.summary, list(brief.progress), notes
+    turns = list(turns)
+    trimmed: list[str] = []
+
+    def build() -> list[dict[str, Any]]:
+        user = _user_message(brief, plan, summary, progress, notes)
+        return [
+            {"role": "system", "content": prompts.ACTOR},
+            {"role": "user", "content": user},
+            *turns,
+        ]
+
+    def over() -> int:
+        return _size(build()) - brief.token_budget
+
+    tool_turns = [i for i, m in enumerate(turns) if m.get("role") == "tool"]
+    while notes and over() > 0:
+        notes = notes[:-1]
+        trimmed.append("note")
+    for i in tool_turns[:-FULL_TOOL_RESULTS]:
+        if over() <= 0:
+            break
+        turns[i] = _preview(turns[i])
+        trimmed.append("tool result")
+    while progress and over() > 0:
+        progress = progress[1:]
+        trimmed.append("finished step")
+    excess = over()
+    if summary and excess > 0:
+        keep = max(0, len(summary) - excess * BYTES_PER_TOKEN)
+        summary = "…" + summary[len(summary) - keep :] if keep else ""
+        trimmed.append("summary")
+    if over() > 0 and len(plan) > 2 * PLAN_NEIGHBOURS + 1:
+        at = next((i for i, line in enumerate(plan) if line.startswith("[running]")), 0)
+        plan = plan[max(0, at - PLAN_NEIGHBOURS) : at + PLAN_NEIGHBOURS + 1]
+        trimmed.append("plan")
+    return build(), trimmed
