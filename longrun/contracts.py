@@ -219,7 +219,7 @@ class RunRequest(_Strict):
     tools: list[str] | None = Field(None, max_length=100)
     model: str | None = Field(None, min_length=1, max_length=200)
     models: RoleModels | None = None
-    max_steps: int | None = Field(None, ge=1, le=1000)
+    max_steps: int | None = Field(None, ge=1, le=10_000)
     budget: Budget | None = None
     on_failure: Literal["stop", "compensate"] = "stop"
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=20)

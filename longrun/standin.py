@@ -65,6 +65,7 @@ class Call(BaseModel):
     tools: list[str] = Field(default_factory=list, description="names of the tools offered")
     outcome: str
     at: float = Field(description="arrival, seconds since the epoch")
+    prompt_tokens: int = Field(0, description="the prompt's size as the answer's usage gives it")
 
 
 def example_of(schema: dict[str, Any]) -> Any:
@@ -96,6 +97,11 @@ def role_of(body: dict[str, Any]) -> Role:
         if name == "verdict":
             return "judge"
     return "complete"
+
+
+def tokens_of(text: str) -> int:
+    """The stand-in's token count: about four characters a token, as for English text."""
+    return max(1, len(text) // 4)
 
 
 def _text_of(messages: list[dict[str, Any]]) -> str:
@@ -134,7 +140,7 @@ class StandIn:
                     return rule
         return None
 
-    def _record(self, body: dict[str, Any], role: Role, outcome: str) -> None:
+    def _record(self, body: dict[str, Any], role: Role, outcome: str, tokens: int) -> None:
         tools = [t.get("function", {}).get("name", "?") for t in body.get("tools") or []]
         call = Call(
             model=body["model"],
@@ -143,6 +149,7 @@ class StandIn:
             tools=tools,
             outcome=outcome,
             at=time.time(),
+            prompt_tokens=tokens,
         )
         with self._lock:
             self.calls.append(call)
@@ -156,6 +163,7 @@ class StandIn:
                 status_code=400,
             )
         text = _text_of(messages)
+        prompt_tokens = tokens_of(text)
         role = role_of(body)
         rule = self._take_rule(text, role) or Rule()
         # Recorded on arrival: a caller that times out on a slow answer still made the call.
@@ -165,7 +173,7 @@ class StandIn:
             outcome = str(rule.status)
         else:
             outcome = "ok"
-        self._record(body, role, outcome)
+        self._record(body, role, outcome, prompt_tokens)
         if rule.delay_s:
             await asyncio.sleep(rule.delay_s)
         if rule.malformed:
@@ -202,8 +210,7 @@ class StandIn:
             message["content"] = self._default_reply(text, role, body.get("response_format"))
         content = message["content"] or ""
         digest = hashlib.sha256(text.encode()).hexdigest()[:24]
-        prompt_tokens = max(1, len(text) // 4)
-        completion_tokens = max(1, len(content) // 4)
+        completion_tokens = tokens_of(content)
         return JSONResponse(
             {
                 "id": f"chatcmpl-{digest}",

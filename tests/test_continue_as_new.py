@@ -3,6 +3,8 @@ run id, status, approvals, budget and audit work across the boundary."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import httpx
@@ -99,3 +101,26 @@ async def test_a_thousand_steps_of_50_kb_outputs_keep_every_segment_small(
         info = desc.raw_description.workflow_execution_info
         assert info.history_length < 10_240
         assert info.history_size_bytes < 10 * 1024 * 1024
+
+
+async def test_signals_sent_while_the_run_hands_over_are_all_applied(
+    short: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    # Segments of three quick steps: budget changes keep arriving through about twenty
+    # hand-overs. One that lands while a hand-over is being completed makes the server
+    # refuse it; the task runs again with the signal, so every change must be applied.
+    steps = [{"id": f"s{i}", "tool": "echo", "args": {"value": i}} for i in range(60)]
+    run_id = await submit(short, steps)
+    sent = []
+    for n in range(30):
+        response = await short.post(f"/v1/runs/{run_id}/budget", json={"max_tool_calls": 100 + n})
+        assert response.status_code == 202, response.text
+        sent.append(100 + n)
+        await asyncio.sleep(0.02)
+    run = await wait_run(run_id, http=short)
+    assert run["status"] == "completed", run["error"]
+    assert await segments(client, run_id) >= 10
+    trail = (await short.get(f"/v1/runs/{run_id}/audit")).json()["entries"]
+    applied = [json.loads(e["detail"])["max_tool_calls"] for e in trail if e["action"] == "budget"]
+    assert applied == sent
+    assert run["budget"]["limits"]["max_tool_calls"]["limit"] == sent[-1]

@@ -189,6 +189,7 @@ def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput
         prices=settings.prices,
         policy=policy,
         continue_as_new_every=settings.continue_as_new_every,
+        prompt_token_budget=settings.prompt_token_budget,
     )
     budget = effective_budget(body.budget, settings.budget_defaults, settings.budget_ceilings)
     common = {
