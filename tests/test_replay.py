@@ -89,7 +89,7 @@ async def test_fresh_histories_replay(
     response = await api.post(
         "/v1/runs", json={"goal": "replay-agent: write a.txt", "tools": ["write_file"]}
     )
-    runs = {"agent_goal_with_memory": response.json()["run_id"]}
+    runs = {"agent_goal_with_context": response.json()["run_id"]}
     extras: dict[str, dict[str, Any]] = {
         "compensated": {"on_failure": "compensate", "budget": {"max_tool_calls": 1}},
     }
