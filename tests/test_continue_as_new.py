@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -124,3 +126,26 @@ async def test_signals_sent_while_the_run_hands_over_are_all_applied(
     applied = [json.loads(e["detail"])["max_tool_calls"] for e in trail if e["action"] == "budget"]
     assert applied == sent
     assert run["budget"]["limits"]["max_tool_calls"]["limit"] == sent[-1]
+
+
+async def test_cancel_after_hand_overs_undoes_steps_of_earlier_segments(
+    short: httpx.AsyncClient, client: Client, worker: Worker, settings: Settings, wait_run: Poll
+) -> None:
+    steps: list[dict[str, Any]] = [
+        {"id": "early", "tool": "write_file", "args": {"path": "a.txt", "content": "a"}},
+        {"id": "look", "tool": "read_file", "args": {"path": "a.txt"}},
+    ]
+    steps += [{"id": f"e{i}", "tool": "echo"} for i in range(6)]
+    steps.append({"id": "gate", "approval": {"message": "never answered"}})
+    run_id = await submit(short, steps)
+    await wait_run(run_id, lambda r: r["status"] == "waiting_approval", http=short)
+    assert await segments(client, run_id) >= 3  # the write happened two segments ago
+    workspace: Path = settings.workspaces_dir / run_id / "workspace"
+    assert (workspace / "a.txt").read_text() == "a"
+    response = await short.post(f"/v1/runs/{run_id}/cancel", json={"compensate": True})
+    assert response.status_code == 202
+    run = await wait_run(run_id, http=short)
+    assert run["status"] == "cancelled"
+    # The undo log crossed the boundaries; read-only calls were never on it.
+    assert run["result"] == {"compensated": ["early"], "not_undone": []}
+    assert not (workspace / "a.txt").exists()
