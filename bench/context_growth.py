@@ -92,7 +92,7 @@ async def longrun_side(standin: StandIn, standin_url: str, steps: int, timeout_s
     with tempfile.TemporaryDirectory(prefix="longrun-context-") as tmp:
         async with TemporalDevServer(Path(tmp) / "temporal.db", port=free_port()) as server:
             settings = Settings(
-                _env_file=None,  # type: ignore[call-arg]
+                _env_file=None,
                 TEMPORAL_ADDRESS=server.address,
                 LONGRUN_TASK_QUEUE=f"bench-context-{uuid.uuid4().hex[:8]}",
                 LONGRUN_DATA_DIR=Path(tmp) / "data",

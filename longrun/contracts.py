@@ -440,6 +440,9 @@ class RunState(BaseModel):
     goal: str
     status: RunStatusName = "running"
     steps: list[StepState] = Field(default_factory=list)
+    steps_omitted: int = Field(
+        0, description="an agent's earlier tool calls not listed (the latest 100 are)"
+    )
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     approvals: list[ApprovalRecord] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
@@ -455,6 +458,12 @@ class RunState(BaseModel):
     acceptance: list[CriterionState] = Field(default_factory=list)
     replans: int = 0
     premature_completions: int = 0
+
+
+class StepQuery(BaseModel):
+    """Input of the workflow's `step` query."""
+
+    step_id: str
 
 
 class CompletedCall(BaseModel):

@@ -69,7 +69,9 @@ async def test_who_may_read_decide_and_cancel(
     for who, code in [("viewer", 200), ("sub", 200), ("approver", 200), ("admin", 200)]:
         assert (await http.get(run_url, headers=bearer(who))).status_code == code
         assert (await http.get("/v1/runs", headers=bearer(who))).status_code == code
+        assert (await http.get(f"{run_url}/steps/gate", headers=bearer(who))).status_code == code
     assert (await http.get(run_url)).status_code == 401
+    assert (await http.get(f"{run_url}/steps/gate")).status_code == 401
     assert (await http.get(run_url, headers={"Authorization": "Basic eA=="})).status_code == 401
 
     decide = f"{run_url}/approvals/apr-gate"

@@ -317,3 +317,27 @@ async def test_an_ended_run_waits_for_nobody(
     assert run["status"] == "failed"
     assert run["pending_approvals"] == []
     assert run["approvals"][0]["decision"] is None
+
+
+async def test_status_previews_big_outputs_and_the_step_endpoint_has_them_whole(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+) -> None:
+    # 5,000 characters: under the artifact threshold, over what status lists per step.
+    run_id = await submit(
+        api,
+        [
+            {"id": "big", "tool": "echo", "args": {"value": "y" * 5000}},
+            {"id": "small", "tool": "echo", "args": {"value": 1}},
+        ],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    big, small = run["steps"]
+    assert big["output"]["truncated"] is True
+    assert big["output"]["chars"] > 5000
+    assert small["output"] == {"value": 1}
+    whole = await api.get(f"/v1/runs/{run_id}/steps/big")
+    assert whole.status_code == 200
+    assert whole.json()["output"] == {"value": "y" * 5000}
+    assert (await api.get(f"/v1/runs/{run_id}/steps/nope")).status_code == 404
+    assert (await api.get("/v1/runs/no-such-run/steps/big")).status_code == 404

@@ -150,19 +150,26 @@ class AgentLoop:
         self._tool_calls = carry.tool_calls
         self._notes = carry.progress
         self._summary = carry.summary
+        self.phase = "acting"
         if self._index < len(self.plan):
             self._current = self.plan[self._index]
 
-    def _carry(self) -> AgentCarry:
-        """The loop's state for the next history segment; finished steps far behind keep
-        a short summary (the journal has the rest)."""
+    def _compact_plan(self) -> list[PlanItem]:
+        """A copy of the plan in which steps far behind the current one keep a short
+        summary and no verification (the journal has both), so it stays small to carry
+        and to show however long the plan."""
         plan = [item.model_copy() for item in self.plan]
-        for item in plan[: max(0, self._index - PLAN_WINDOW)]:
+        at = self.plan.index(self._current) if self._current in self.plan else self._index
+        for item in plan[: max(0, at - PLAN_WINDOW)]:
             if item.summary and len(item.summary) > CARRIED_SUMMARY_CHARS:
                 item.summary = item.summary[:CARRIED_SUMMARY_CHARS] + "…"
             item.verification = None
+        return plan
+
+    def _carry(self) -> AgentCarry:
+        """The loop's state for the next history segment."""
         return AgentCarry(
-            plan=plan,
+            plan=self._compact_plan(),
             index=self._index,
             feedback=self._feedback,
             acceptance=self.acceptance,
@@ -179,7 +186,7 @@ class AgentLoop:
     def describe(self, state: RunState) -> None:
         """Add the agent's view to a status answer."""
         state.phase = self.phase
-        state.plan = [item.model_copy() for item in self.plan]
+        state.plan = self._compact_plan()
         state.acceptance = [c.model_copy() for c in self.acceptance]
         state.replans = self.replans
         state.premature_completions = self.premature_completions
@@ -242,7 +249,7 @@ class AgentLoop:
                     later.status = "skipped"
                 return self._result()
             verdict = await self._verify_step(item)
-            item.verification = verdict.evidence
+            item.verification = verdict.evidence[:2000]
             if verdict.passed:
                 item.status = "completed"
                 self._notes.append(f"{item.id}: {item.summary}")

@@ -61,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
         SideEffect,
         Step,
         StepKind,
+        StepQuery,
         StepState,
         StepStatusName,
         ToolCall,
@@ -68,7 +69,9 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
 
+PREVIEW_CHARS = 200
 AGENT_STEPS_KEPT = 100  # an agent's latest tool calls carried across continue-as-new
+LISTED_OUTPUT_CHARS = 2000  # of one step's output in status; the `step` query has it all
 STATUS_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunStatus")
 LABELS_ATTRIBUTE = SearchAttributeKey.for_keyword_list("LongrunLabels")
 
@@ -123,11 +126,19 @@ class RunWorkflow:
     @workflow.query(name="status")
     def status(self) -> RunState:
         """Where the run stands: steps, approvals, usage, result."""
+        steps = list(self._steps.values())
+        omitted = 0
+        if self._agent is not None and len(steps) > AGENT_STEPS_KEPT:
+            omitted = len(steps) - AGENT_STEPS_KEPT
+            steps = steps[omitted:]
         state = RunState(
             run_id=self._inp.run_id,
             goal=self._inp.goal,
             status=self._status,
-            steps=list(self._steps.values()),
+            # Bounded, so status stays well under Temporal's payload limit however long
+            # the run: big outputs are previewed, an agent's old tool calls counted.
+            steps=[_listed(s) for s in steps],
+            steps_omitted=omitted,
             pending_approvals=[
                 PendingApproval.model_validate(
                     a.model_dump(include=set(PendingApproval.model_fields))
@@ -147,6 +158,12 @@ class RunWorkflow:
         if self._agent is not None:
             self._agent.describe(state)
         return state
+
+    @workflow.query(name="step")
+    def step(self, query: StepQuery) -> StepState | None:
+        """One step in full, output included; None if the run has no such step (an agent's
+        tool calls from earlier history segments are not kept)."""
+        return self._steps.get(query.step_id)
 
     @workflow.query(name="audit")
     def audit(self) -> AuditTrail:
@@ -753,6 +770,17 @@ class RunWorkflow:
     def _publish(self) -> None:
         if self._publish_status:
             workflow.upsert_search_attributes([STATUS_ATTRIBUTE.value_set(self._status)])
+
+
+def _listed(state: StepState) -> StepState:
+    """A step as status lists it: an output too big to list becomes a preview."""
+    if state.output is None:
+        return state
+    text = json.dumps(state.output)
+    if len(text) <= LISTED_OUTPUT_CHARS:
+        return state
+    output = {"truncated": True, "chars": len(text), "preview": text[:PREVIEW_CHARS]}
+    return state.model_copy(update={"output": output})
 
 
 def _reached(limit: float | None, used: float) -> bool:

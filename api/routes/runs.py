@@ -57,6 +57,8 @@ from longrun.contracts import (
     RunInput,
     RunRequest,
     RunStatusName,
+    StepQuery,
+    StepState,
 )
 from longrun.plans import (
     PlanError,
@@ -140,10 +142,10 @@ def _status_of(desc: WorkflowExecutionDescription) -> RunStatusName:
     return _run_status(desc.status, desc.typed_search_attributes.get(STATUS_ATTRIBUTE))
 
 
-async def _query(handle: WorkflowHandle[Any, Any], query: Any) -> Any:
+async def _query(handle: WorkflowHandle[Any, Any], query: Any, *args: Any) -> Any:
     """Ask the run's workflow; 503 when no worker answers in time."""
     try:
-        return await handle.query(query, rpc_timeout=QUERY_TIMEOUT)
+        return await handle.query(query, *args, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as exc:
         if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
             raise HTTPException(
@@ -463,6 +465,16 @@ async def change_budget(
     handle = await _live_run(client, run_id, caller, "change the budget of", others="approver")
     await handle.signal(RunWorkflow.set_budget, BudgetChange(limits=body, actor=caller.name))
     return Accepted(run_id=run_id, detail="budget change delivered")
+
+
+@router.get("/{run_id}/steps/{step_id}")
+async def get_step(run_id: str, step_id: str, client: TemporalClient, caller: Reader) -> StepState:
+    """One step in full, its whole output included (status previews big outputs)."""
+    handle, _ = await describe_run(client, run_id)
+    state: StepState | None = await _query(handle, RunWorkflow.step, StepQuery(step_id=step_id))
+    if state is None:
+        raise HTTPException(404, f"run '{run_id}' has no step '{step_id}' (or no longer keeps it)")
+    return state
 
 
 @router.get("/{run_id}/audit")
