@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from longrun.contracts import Limits, Price
@@ -50,7 +50,7 @@ class Settings(BaseSettings):
         alias="LONGRUN_PRICES",
         description='USD per million tokens, JSON: {"gpt-4.1-mini": {"input": 0.4, "output": 1.6}}',
     )
-    max_steps: int = Field(40, alias="LONGRUN_MAX_STEPS", ge=1, le=1000)
+    max_steps: int = Field(40, alias="LONGRUN_MAX_STEPS", ge=1, le=10_000)
     policy_file: Path | None = Field(None, alias="LONGRUN_POLICY_FILE")
     budget_defaults: Limits = Field(default_factory=Limits, alias="LONGRUN_BUDGET_DEFAULTS")
     budget_ceilings: Limits = Field(default_factory=Limits, alias="LONGRUN_BUDGET_CEILINGS")
@@ -75,7 +75,18 @@ class Settings(BaseSettings):
     api_host: str = Field("127.0.0.1", alias="LONGRUN_API_HOST")
     api_port: int = Field(8000, alias="LONGRUN_API_PORT")
     continue_as_new_every: int = Field(500, alias="LONGRUN_CONTINUE_AS_NEW_EVERY", ge=1)
+    prompt_token_budget: int = Field(12_000, alias="LONGRUN_PROMPT_TOKEN_BUDGET", ge=1000)
     artifact_threshold_bytes: int = Field(8192, alias="LONGRUN_ARTIFACT_THRESHOLD_BYTES", ge=256)
+    # Where big outputs live: files under LONGRUN_DATA_DIR, or an S3-compatible bucket.
+    # S3 credentials come from boto3's own chain (AWS_ACCESS_KEY_ID, profiles, roles).
+    artifact_store: Literal["local", "s3"] = Field("local", alias="LONGRUN_ARTIFACT_STORE")
+    s3_bucket: str | None = Field(None, alias="LONGRUN_S3_BUCKET")
+    s3_prefix: str = Field("longrun/", alias="LONGRUN_S3_PREFIX", pattern=r"^(?:[^/]+/)*$")
+    s3_endpoint_url: str | None = Field(None, alias="LONGRUN_S3_ENDPOINT_URL")
+    s3_region: str | None = Field(None, alias="LONGRUN_S3_REGION")
+    artifact_retention_days: float | None = Field(
+        None, alias="LONGRUN_ARTIFACT_RETENTION_DAYS", gt=0
+    )
     max_request_bytes: int = Field(1_048_576, alias="LONGRUN_MAX_REQUEST_BYTES", gt=0)
 
     # Ports used by `longrun dev` for the local stack.
@@ -89,6 +100,12 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [h.strip().lower() for h in value.split(",") if h.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _s3_needs_a_bucket(self) -> Settings:
+        if self.artifact_store == "s3" and not self.s3_bucket:
+            raise ValueError("LONGRUN_ARTIFACT_STORE=s3 needs LONGRUN_S3_BUCKET")
+        return self
 
     @property
     def artifacts_dir(self) -> Path:
