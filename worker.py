@@ -6,12 +6,14 @@ import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
+from datetime import UTC, datetime, timedelta
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import activities_for
+from activities.artifacts import ArtifactStore, store_for
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
 from longrun.temporal import connect, ensure_search_attributes
@@ -19,10 +21,16 @@ from workflows import RunWorkflow
 
 log = logging.getLogger("longrun.worker")
 
+SWEEP_EVERY = timedelta(hours=1)
+# Runs whose artifacts retention must spare, whatever their age: a run waiting weeks for an
+# approval still reads its outputs through references.
+OPEN_RUNS = "WorkflowType = 'longrun.Run' AND ExecutionStatus = 'Running'"
+
 
 @asynccontextmanager
 async def serving(client: Client, settings: Settings) -> AsyncIterator[Worker]:
-    """A running worker on the task queue: the run workflow and every activity."""
+    """A running worker on the task queue: the run workflow and every activity, and the
+    artifact retention sweep when `LONGRUN_ARTIFACT_RETENTION_DAYS` is set."""
     async with (
         activities_for(settings) as activities,
         Worker(
@@ -32,7 +40,42 @@ async def serving(client: Client, settings: Settings) -> AsyncIterator[Worker]:
             activities=activities,
         ) as worker,
     ):
-        yield worker
+        sweeper = None
+        if settings.artifact_retention_days is not None:
+            retention = timedelta(days=settings.artifact_retention_days)
+            sweeper = asyncio.create_task(
+                _sweep_forever(client, store_for(settings), retention), name="artifact-sweep"
+            )
+        try:
+            yield worker
+        finally:
+            if sweeper is not None:
+                sweeper.cancel()
+                with suppress(asyncio.CancelledError):
+                    await sweeper
+
+
+async def sweep_artifacts(client: Client, store: ArtifactStore, retention: timedelta) -> list[str]:
+    """Delete the artifacts of ended runs whose newest one is older than `retention`;
+    the run ids deleted."""
+    # Open runs are listed before the cutoff is taken: a run that starts after the listing
+    # has only artifacts newer than the cutoff.
+    keep = {execution.id async for execution in client.list_workflows(OPEN_RUNS)}
+    cutoff = datetime.now(UTC) - retention
+    return await asyncio.to_thread(store.prune, cutoff, keep=keep)
+
+
+async def _sweep_forever(client: Client, store: ArtifactStore, retention: timedelta) -> None:
+    # Every replica sweeps; that is harmless, because pruning twice deletes nothing more.
+    while True:
+        try:
+            pruned = await sweep_artifacts(client, store, retention)
+        except Exception:
+            log.exception("artifact retention sweep failed; next try in %s", SWEEP_EVERY)
+        else:
+            if pruned:
+                log.info("artifact retention: deleted the artifacts of %d runs", len(pruned))
+        await asyncio.sleep(SWEEP_EVERY.total_seconds())
 
 
 async def run_worker(settings: Settings) -> None:

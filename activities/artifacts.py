@@ -1,25 +1,43 @@
 """The artifact store: big step outputs live here, not in workflow history.
 
-Content-addressed (sha256) per run, written atomically. History and status carry a small
-reference, `{"artifact": "sha256:…", "bytes": n, "preview": "…"}`; a reference inside text
-is written `⟦artifact:sha256:…⟧`. Activities expand both back into content, so tools and
-models see the real data while the workflow only moves references.
+Content-addressed (sha256) per run. History and status carry a small reference,
+`{"artifact": "sha256:…", "bytes": n, "preview": "…"}`; a reference inside text is written
+`⟦artifact:sha256:…⟧`. Activities expand both back into content, so tools and models see the
+real data while the workflow only moves references.
+
+Two backends share one interface, `ArtifactStore`: files on a shared disk
+(`LocalArtifactStore`) and an S3-compatible bucket (`S3ArtifactStore`); `store_for` picks
+the one settings name.
 """
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import os
 import re
+import shutil
 import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Iterator
+from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from activities.errors import fatal
+from longrun.settings import Settings
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import ObjectTypeDef
 
 PREVIEW_CHARS = 200
 _MARKER = re.compile(r"⟦artifact:(sha256:[0-9a-f]{64})⟧")
+# Letters, digits, `_` and `-` only: no `/`, `.` or empty name, so a run id can never leave
+# its own folder or key prefix.
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 def is_ref(value: Any) -> bool:
@@ -27,52 +45,51 @@ def is_ref(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"artifact", "bytes", "preview"}
 
 
-class LocalArtifactStore:
-    """Artifacts as files under `<root>/<run id>/<sha256>`; one run's never touch another's."""
+def _checked(run_id: str) -> str:
+    if not _RUN_ID.match(run_id):
+        raise fatal(f"run id '{run_id}' cannot name an artifact folder")
+    return run_id
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
 
-    def _dir(self, run_id: str) -> Path:
-        if not _RUN_ID.match(run_id):
-            raise fatal(f"run id '{run_id}' cannot name an artifact folder")
-        return self.root / run_id
+def _digest_of(run_id: str, artifact: str) -> str:
+    digest = artifact.removeprefix("sha256:")
+    if not _DIGEST.match(digest):
+        raise fatal(f"run '{run_id}' has no artifact '{artifact}'", type="NotFound")
+    return digest
 
+
+def _timestamp(moment: datetime) -> float:
+    # A naive cutoff is taken as UTC, the zone of every stored time.
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+class ArtifactStore(ABC):
+    """Where a run's big outputs live: content-addressed, one folder (or prefix) per run.
+
+    Backends implement `put`, `get`, `list`, `delete_run` and `prune`; `offload` and
+    `expand` work over any of them.
+    """
+
+    @abstractmethod
     def put(self, run_id: str, data: bytes) -> str:
-        """Store `data`; its id is `sha256:<hex>`. Storing the same bytes twice is one file."""
-        digest = hashlib.sha256(data).hexdigest()
-        folder = self._dir(run_id)
-        target = folder / digest
-        if not target.exists():
-            folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, target)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-        return f"sha256:{digest}"
+        """Store `data`; its id is `sha256:<hex>`. Storing the same bytes twice is one object."""
 
+    @abstractmethod
     def get(self, run_id: str, artifact: str) -> bytes:
-        """The bytes of one of the run's artifacts."""
-        digest = artifact.removeprefix("sha256:")
-        path = self._dir(run_id) / digest
-        if not re.fullmatch(r"[0-9a-f]{64}", digest) or not path.is_file():
-            raise fatal(f"run '{run_id}' has no artifact '{artifact}'", type="NotFound")
-        return path.read_bytes()
+        """The bytes of one of the run's artifacts; `NotFound` when it has no such artifact."""
 
-    def list(self, run_id: str) -> list[tuple[str, int]]:
-        """The run's artifacts: id and size."""
-        folder = self._dir(run_id)
-        if not folder.is_dir():
-            return []
-        return sorted(
-            (f"sha256:{p.name}", p.stat().st_size)
-            for p in folder.iterdir()
-            if re.fullmatch(r"[0-9a-f]{64}", p.name)
-        )
+    @abstractmethod
+    def list(self, run_id: str) -> builtins.list[tuple[str, int]]:
+        """The run's artifacts: id and size, sorted by id."""
+
+    @abstractmethod
+    def delete_run(self, run_id: str) -> int:
+        """Delete every artifact of the run (and of no other); how many there were."""
+
+    @abstractmethod
+    def prune(self, older_than: datetime, *, keep: Collection[str] = ()) -> builtins.list[str]:
+        """Delete whole runs whose newest artifact is older than `older_than` (a naive time
+        is UTC), except the runs in `keep`; the ids of the runs deleted, sorted."""
 
     def offload(self, run_id: str, value: Any, threshold: int) -> Any:
         """`value` with every string longer than `threshold` bytes stored and referenced."""
@@ -101,3 +118,234 @@ class LocalArtifactStore:
         if isinstance(value, list):
             return [self.expand(run_id, v) for v in value]
         return value
+
+
+class LocalArtifactStore(ArtifactStore):
+    """Artifacts as files under `<root>/<run id>/<sha256>`; one run's never touch another's.
+
+    API and workers must share `root` (a volume in docker-compose.yml).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _dir(self, run_id: str) -> Path:
+        return self.root / _checked(run_id)
+
+    def put(self, run_id: str, data: bytes) -> str:
+        """Store `data` atomically; its id is `sha256:<hex>`. The same bytes are one file."""
+        digest = hashlib.sha256(data).hexdigest()
+        folder = self._dir(run_id)
+        target = folder / digest
+        try:
+            # Storing again counts as new for retention, as an S3 overwrite does.
+            os.utime(target)
+        except FileNotFoundError:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, target)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        return f"sha256:{digest}"
+
+    def get(self, run_id: str, artifact: str) -> bytes:
+        """The bytes of one of the run's artifacts; `NotFound` when it has no such artifact."""
+        folder = self._dir(run_id)
+        path = folder / _digest_of(run_id, artifact)
+        if not path.is_file():
+            raise fatal(f"run '{run_id}' has no artifact '{artifact}'", type="NotFound")
+        return path.read_bytes()
+
+    def list(self, run_id: str) -> builtins.list[tuple[str, int]]:
+        """The run's artifacts: id and size, sorted by id."""
+        folder = self._dir(run_id)
+        if not folder.is_dir():
+            return []
+        return sorted(
+            (f"sha256:{p.name}", p.stat().st_size)
+            for p in folder.iterdir()
+            if _DIGEST.match(p.name)
+        )
+
+    def delete_run(self, run_id: str) -> int:
+        """Delete the run's folder; how many artifacts it held."""
+        folder = self._dir(run_id)
+        if not folder.is_dir():
+            return 0
+        count = sum(1 for p in folder.iterdir() if _DIGEST.match(p.name))
+        shutil.rmtree(folder)
+        return count
+
+    def prune(self, older_than: datetime, *, keep: Collection[str] = ()) -> builtins.list[str]:
+        """Delete the folders of runs whose newest file is older than `older_than`, except
+        those in `keep`; the ids of the runs deleted."""
+        if not self.root.is_dir():
+            return []
+        cutoff = _timestamp(older_than)
+        pruned = []
+        for folder in self.root.iterdir():
+            run_id = folder.name
+            if not _RUN_ID.match(run_id) or run_id in keep or not folder.is_dir():
+                continue
+            if _newest(folder) < cutoff:
+                self.delete_run(run_id)
+                pruned.append(run_id)
+        return sorted(pruned)
+
+
+def _newest(folder: Path) -> float:
+    """When the newest file in `folder` was written (the folder's own time if it is empty)."""
+    times = []
+    # Half-written `.tmp-` files count too: a write in progress means the run is alive.
+    for path in folder.iterdir():
+        try:
+            times.append(path.stat().st_mtime)
+        except FileNotFoundError:  # renamed or deleted since it was listed
+            continue
+    return max(times) if times else folder.stat().st_mtime
+
+
+class S3ArtifactStore(ArtifactStore):
+    """Artifacts as objects `<prefix><run id>/<sha256>` in an S3-compatible bucket.
+
+    Credentials come from boto3's standard chain (environment, shared config, instance or
+    task role), never from longrun's settings. Calls are blocking: callers run them in a
+    thread.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "longrun/",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+    ) -> None:
+        # Imported here: boto3 is slow to import and deployments on the local store never
+        # need it.
+        import boto3
+        from botocore.config import Config
+
+        self.bucket = bucket
+        self.prefix = prefix
+        # One client for every thread (boto3 clients are thread-safe; sessions are not).
+        # Checksums only where S3 requires them, because several S3-compatible servers
+        # reject the newer default ones.
+        self.client: S3Client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=endpoint_url,
+            region_name=region,
+            config=Config(
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+                retries={"max_attempts": 3, "mode": "standard"},
+            ),
+        )
+
+    def _key(self, run_id: str, digest: str) -> str:
+        return f"{self.prefix}{_checked(run_id)}/{digest}"
+
+    def _objects(self, prefix: str) -> Iterator[ObjectTypeDef]:
+        """Every object under `prefix`, page by page."""
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        ):
+            yield from page.get("Contents", [])
+
+    def put(self, run_id: str, data: bytes) -> str:
+        """Store `data`; its id is `sha256:<hex>`. The same bytes overwrite the same key."""
+        digest = hashlib.sha256(data).hexdigest()
+        # No existence check first: a write of identical bytes is harmless, saves a round
+        # trip in the usual case (new content) and renews the object's age for retention.
+        self.client.put_object(Bucket=self.bucket, Key=self._key(run_id, digest), Body=data)
+        return f"sha256:{digest}"
+
+    def get(self, run_id: str, artifact: str) -> bytes:
+        """The bytes of one of the run's artifacts; `NotFound` when it has no such artifact."""
+        from botocore.exceptions import ClientError
+
+        key = self._key(run_id, _digest_of(run_id, artifact))
+        try:
+            found = self.client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise fatal(
+                    f"run '{run_id}' has no artifact '{artifact}'", type="NotFound"
+                ) from None
+            raise
+        return found["Body"].read()
+
+    def list(self, run_id: str) -> builtins.list[tuple[str, int]]:
+        """The run's artifacts: id and size, sorted by id."""
+        prefix = f"{self.prefix}{_checked(run_id)}/"
+        found = []
+        for obj in self._objects(prefix):
+            name = obj["Key"].removeprefix(prefix)
+            if _DIGEST.match(name):
+                found.append((f"sha256:{name}", obj.get("Size", 0)))
+        return sorted(found)
+
+    def delete_run(self, run_id: str) -> int:
+        """Delete the run's artifacts (keys of any other shape stay); how many there were."""
+        prefix = f"{self.prefix}{_checked(run_id)}/"
+        keys = [
+            obj["Key"] for obj in self._objects(prefix) if _DIGEST.match(obj["Key"][len(prefix) :])
+        ]
+        for start in range(0, len(keys), 1000):  # S3's limit per DeleteObjects call
+            batch = keys[start : start + 1000]
+            answer = self.client.delete_objects(
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+            )
+            if errors := answer.get("Errors"):
+                first = errors[0]
+                raise RuntimeError(
+                    f"S3 refused to delete {len(errors)} artifact(s) of run '{run_id}', "
+                    f"e.g. {first.get('Key')}: {first.get('Code')} {first.get('Message')}"
+                )
+        return len(keys)
+
+    def prune(self, older_than: datetime, *, keep: Collection[str] = ()) -> builtins.list[str]:
+        """Delete the runs whose newest object is older than `older_than`, except those in
+        `keep`; the ids of the runs deleted."""
+        cutoff = _timestamp(older_than)
+        newest: dict[str, float] = {}
+        for obj in self._objects(self.prefix):
+            run_id, slash, name = obj["Key"].removeprefix(self.prefix).partition("/")
+            # Only keys of our own shape: other things that share the bucket stay untouched.
+            if not slash or not _DIGEST.match(name) or not _RUN_ID.match(run_id):
+                continue
+            at = obj["LastModified"].timestamp()
+            newest[run_id] = max(at, newest.get(run_id, at))
+        pruned = sorted(r for r, at in newest.items() if at < cutoff and r not in keep)
+        for run_id in pruned:
+            self.delete_run(run_id)
+        return pruned
+
+
+@lru_cache(maxsize=8)
+def _s3_store(
+    bucket: str, prefix: str, endpoint_url: str | None, region: str | None
+) -> S3ArtifactStore:
+    # One client per configuration: making a boto3 client costs milliseconds and memory, and
+    # the API asks for a store on every request.
+    return S3ArtifactStore(bucket, prefix, endpoint_url=endpoint_url, region=region)
+
+
+def store_for(settings: Settings) -> ArtifactStore:
+    """The artifact store that settings name (`LONGRUN_ARTIFACT_STORE`)."""
+    if settings.artifact_store == "s3":
+        if not settings.s3_bucket:
+            raise ValueError("LONGRUN_ARTIFACT_STORE=s3 needs LONGRUN_S3_BUCKET")
+        # An empty variable (common in compose files) means unset, not "".
+        return _s3_store(
+            settings.s3_bucket,
+            settings.s3_prefix,
+            settings.s3_endpoint_url or None,
+            settings.s3_region or None,
+        )
+    return LocalArtifactStore(settings.artifacts_dir)

@@ -16,7 +16,7 @@ from openai.types.chat import ChatCompletionMessage
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
-from activities.artifacts import LocalArtifactStore
+from activities.artifacts import store_for
 from activities.errors import fatal, reported_with_attempt, retry_after_seconds, transient
 from activities.memory import Journal
 from longrun import context, prompts
@@ -47,7 +47,7 @@ class ModelActivities:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._client: AsyncOpenAI | None = None
-        self._store = LocalArtifactStore(settings.artifacts_dir)
+        self._store = store_for(settings)
         self._journal = Journal.of(settings)
 
     def _get_client(self) -> AsyncOpenAI:
@@ -130,8 +130,10 @@ class ModelActivities:
                     json_value = json.loads(text)
                 except ValueError:
                     json_error = f"model output is not valid JSON: {text[:200]!r}"
+            threshold = self._settings.artifact_threshold_bytes
+            stored = await asyncio.to_thread(self._store.offload, req.run_id, text, threshold)
             return ModelResult(
-                text=self._store.offload(req.run_id, text, self._settings.artifact_threshold_bytes),
+                text=stored,
                 json_value=json_value,
                 json_error=json_error,
                 model=usage.model,

@@ -67,8 +67,16 @@ def _admits(*roles: Role) -> Callable[[Principal], Principal]:
     return check
 
 
+def _admin_only(caller: Caller) -> Principal:
+    if "admin" not in caller.roles:
+        raise HTTPException(403, "this needs the role admin")
+    return caller
+
+
 Reader = Annotated[Principal, Depends(_admits("viewer", "submitter", "approver"))]
 Submitter = Annotated[Principal, Depends(_admits("submitter"))]
 Approver = Annotated[Principal, Depends(_admits("approver"))]
 # Pause and resume: submitters on their own runs, approvers on any.
 Operator = Annotated[Principal, Depends(_admits("submitter", "approver"))]
+# What destroys stored data nobody else can restore.
+Admin = Annotated[Principal, Depends(_admin_only)]

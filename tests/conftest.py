@@ -4,11 +4,15 @@ on a task queue of its own per test, and the API app bound to that queue."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import httpx
 import pytest
 from temporalio.client import Client
@@ -33,6 +37,69 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tempor
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """A real S3-compatible server (moto's, as its own process) for the whole session; its
+    endpoint URL. boto3 finds dummy credentials in the environment, as it would real ones."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AWS_ACCESS_KEY_ID", "longrun-test")
+        env.setenv("AWS_SECRET_ACCESS_KEY", "longrun-test")
+        env.delenv("AWS_PROFILE", raising=False)
+        env.delenv("AWS_SESSION_TOKEN", raising=False)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    httpx.get(f"{url}/moto-api/", timeout=1).raise_for_status()
+                    break
+                except httpx.HTTPError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"moto server did not start on {url}") from None
+                    time.sleep(0.1)
+            yield url
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+@pytest.fixture(scope="session")
+def s3_client(s3_server: str) -> Any:
+    """A boto3 S3 client of the tests' own on the session's S3 server."""
+    return boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
+
+
+@pytest.fixture
+def s3_bucket(s3_client: Any) -> str:
+    """A new, empty bucket on the session's S3 server."""
+    name = f"longrun-test-{uuid.uuid4().hex[:12]}"
+    s3_client.create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def s3_settings(settings: Settings, s3_server: str, s3_bucket: str) -> Settings:
+    """The test's settings with artifacts in a bucket of their own on the S3 server."""
+    return settings.model_copy(
+        update={
+            "artifact_store": "s3",
+            "s3_bucket": s3_bucket,
+            "s3_endpoint_url": s3_server,
+            "s3_region": "us-east-1",
+        }
+    )
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,26 @@
 """Big outputs live in the artifact store: history carries references, tools and models
-read through them, and the API lists and serves a run's artifacts."""
+read through them, the API lists, serves and deletes a run's artifacts, and the worker
+applies retention."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+
 import httpx
+import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.artifacts import S3ArtifactStore, store_for
+from api.app import create_app
+from longrun.settings import ApiKey, Settings, hash_key
 from tests.helpers import Poll, StandIn, submit
+from worker import serving
 
 BIG = "ab" * 30_000  # 60,000 characters, well above the 8 KB threshold
 
@@ -92,3 +105,161 @@ async def test_an_agent_reads_big_tool_results_through_their_references(
     seen = standin.calls("artifact-agent", role="act")[1]["messages"][-1]["content"]
     assert "line 1500" in seen  # far past any preview
     assert "[cut:" in seen and len(seen) < 16_100
+
+
+BIG_STEP = {
+    "id": "big",
+    "tool": "python",
+    "args": {"code": "print('ab' * 30000, end='')"},
+    "requires_approval": False,
+}
+
+
+async def test_an_s3_store_holds_big_outputs(
+    client: Client, s3_settings: Settings, wait_run: Poll
+) -> None:
+    transport = httpx.ASGITransport(app=create_app(s3_settings))
+    async with (
+        serving(client, s3_settings),
+        httpx.AsyncClient(transport=transport, base_url="http://api") as http,
+    ):
+        run_id = await submit(
+            http,
+            [
+                BIG_STEP,
+                {
+                    "id": "echo",
+                    "tool": "echo",
+                    "args": {
+                        "value": {
+                            "whole": "{{steps.big.output.stdout}}",
+                            "inside": "got {{steps.big.output.stdout}}",
+                        }
+                    },
+                },
+            ],
+        )
+        run = await wait_run(run_id, http=http)
+        assert run["status"] == "completed", run
+        ref = run["steps"][0]["output"]["stdout"]
+        echoed = run["steps"][1]["output"]["value"]
+        # The second step read the first one's output back through the bucket, and stored
+        # what it returned there again: the same bytes under the same id.
+        assert echoed["whole"] == ref
+        store = store_for(s3_settings)
+        assert isinstance(store, S3ArtifactStore)
+        assert store.get(run_id, echoed["inside"]["artifact"]).decode() == f"got {BIG}"
+        assert store.list(run_id) == sorted(
+            [(ref["artifact"], len(BIG)), (echoed["inside"]["artifact"], len(BIG) + 4)]
+        )
+        served = await http.get(f"/v1/runs/{run_id}/artifacts/{ref['artifact']}")
+        assert served.status_code == 200 and served.text == BIG
+        listed = (await http.get(f"/v1/runs/{run_id}/artifacts")).json()["artifacts"]
+        assert {"name": ref["artifact"], "bytes": len(BIG), "kind": "output"} in listed
+    assert not s3_settings.artifacts_dir.exists()  # nothing went to the local disk
+
+
+def bearer(name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer key-of-{name}"}
+
+
+@pytest.fixture
+async def keyed(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The API with a key per role."""
+    roles = {"viewer": "viewer", "sub": "submitter", "approver": "approver", "admin": "admin"}
+    keys = [ApiKey(name=n, sha256=hash_key(f"key-of-{n}"), roles=[r]) for n, r in roles.items()]
+    transport = httpx.ASGITransport(app=create_app(settings.model_copy(update={"api_keys": keys})))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        yield http
+
+
+async def test_admins_delete_the_stored_outputs_of_ended_runs(
+    keyed: httpx.AsyncClient, settings: Settings, worker: Worker, wait_run: Poll
+) -> None:
+    admin = bearer("admin")
+    response = await keyed.post(
+        "/v1/runs",
+        json={
+            "goal": "test",
+            "plan": {"steps": [BIG_STEP, {"id": "gate", "approval": {"message": "ok?"}}]},
+        },
+        headers=admin,
+    )
+    assert response.status_code == 202, response.text
+    run_id = response.json()["run_id"]
+    run = await wait_run(
+        run_id, lambda r: r["status"] == "waiting_approval", http=keyed, headers=admin
+    )
+    produced = run["steps"][0]["output"]["stdout"]["artifact"]
+    store = store_for(settings)
+    other_run = "run-" + uuid.uuid4().hex
+    kept = store.put(other_run, b"another run's output")
+    out = settings.workspaces_dir / run_id / "workspace" / "out"
+    out.mkdir(parents=True)
+    (out / "report.txt").write_text("deliverable")
+
+    url = f"/v1/runs/{run_id}/artifacts"
+    for who in ("viewer", "sub", "approver"):
+        assert (await keyed.delete(url, headers=bearer(who))).status_code == 403, who
+    assert (await keyed.delete(url)).status_code == 401
+    still_open = await keyed.delete(url, headers=admin)
+    assert still_open.status_code == 409 and "still open" in still_open.json()["detail"]
+    unknown = f"/v1/runs/run-{uuid.uuid4().hex}/artifacts"
+    assert (await keyed.delete(unknown, headers=admin)).status_code == 404
+    assert (await keyed.delete("/v1/runs/..%2Fx/artifacts", headers=admin)).status_code == 404
+    assert store.list(run_id) == [(produced, len(BIG))]
+
+    assert (await keyed.post(f"/v1/runs/{run_id}/cancel", headers=admin)).status_code == 202
+    await wait_run(run_id, http=keyed, headers=admin)
+    response = await keyed.delete(url, headers=admin)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"deleted": 1}
+    assert store.list(run_id) == []
+    assert store.get(other_run, kept) == b"another run's output"
+    listed = (await keyed.get(url, headers=admin)).json()["artifacts"]
+    assert listed == [{"name": "out/report.txt", "bytes": 11, "kind": "deliverable"}]
+    assert (await keyed.delete(url, headers=admin)).json() == {"deleted": 0}
+
+
+async def test_the_worker_prunes_old_artifacts_of_ended_runs(
+    api: httpx.AsyncClient, client: Client, settings: Settings
+) -> None:
+    # Started with no worker polling yet: the run is open and stays so.
+    open_run = await submit(api, [{"id": "gate", "approval": {"message": "ok?"}}])
+    ended_run, fresh_run = f"run-{uuid.uuid4().hex}", f"run-{uuid.uuid4().hex}"
+    store = store_for(settings)
+    ten_days_ago = time.time() - 10 * 86_400
+    for run_id in (open_run, ended_run, fresh_run):
+        artifact = store.put(run_id, run_id.encode())
+        if run_id != fresh_run:
+            path = settings.artifacts_dir / run_id / artifact.removeprefix("sha256:")
+            os.utime(path, (ten_days_ago, ten_days_ago))
+    retained = settings.model_copy(update={"artifact_retention_days": 7.0})
+    try:
+        async with serving(client, retained):
+            for _ in range(300):
+                if not store.list(ended_run):
+                    break
+                await asyncio.sleep(0.1)
+            assert store.list(ended_run) == []
+            assert len(store.list(open_run)) == 1  # open runs are spared, however old
+            assert len(store.list(fresh_run)) == 1
+    finally:
+        await client.get_workflow_handle(open_run).terminate("test over")
+
+
+async def test_a_failing_sweep_is_logged_and_the_worker_goes_on(
+    client: Client, s3_settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = s3_settings.model_copy(
+        update={"s3_bucket": "no-such-bucket", "artifact_retention_days": 1.0}
+    )
+    with caplog.at_level(logging.ERROR, logger="longrun.worker"):
+        async with serving(client, broken) as worker:
+            for _ in range(300):
+                if "artifact retention sweep failed" in caplog.text:
+                    break
+                await asyncio.sleep(0.1)
+            assert "artifact retention sweep failed" in caplog.text
+            assert "NoSuchBucket" in caplog.text
+            assert worker.is_running

@@ -318,7 +318,7 @@ class RunWorkflow:
         leave nothing to undo or to report)."""
         spec = REGISTRY[tool]
         if spec.undo(args, output) is None:
-            effect = spec.side_effect_of(spec.args_model.model_validate(args))
+            effect = spec.side_effect_of(spec.parse(args))
             if effect is not SideEffect.IRREVERSIBLE:
                 return
         self._completed_calls.append(
@@ -333,7 +333,7 @@ class RunWorkflow:
             spec = REGISTRY[tool]
             undo = spec.undo(args, call.output)
             if undo is None:
-                effect = spec.side_effect_of(spec.args_model.model_validate(args))
+                effect = spec.side_effect_of(spec.parse(args))
                 if effect is SideEffect.IRREVERSIBLE:
                     outcome.not_undone.append(step_id)
                     self.record("longrun", "not undone", f"{step_id}: {tool} is irreversible")

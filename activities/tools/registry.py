@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.artifacts import LocalArtifactStore
+from activities.artifacts import store_for
 from activities.errors import fatal, reported_with_attempt
 from longrun.contracts import SideEffect, ToolCall, ToolResult
 from longrun.settings import Settings
@@ -80,13 +80,22 @@ class ToolSpec:
             return self.side_effect
         return self.side_effect(args)
 
+    def parse(self, args: dict[str, Any]) -> BaseModel:
+        """A completed call's arguments as the tool's model. Arguments may still hold
+        artifact references (the tool read through them); those were checked when the step
+        was planned, so they are taken as they are."""
+        try:
+            return self.args_model.model_validate(args)
+        except ValidationError:
+            return self.args_model.model_construct(**args)
+
     def undo(
         self, args: dict[str, Any], output: dict[str, Any]
     ) -> tuple[str, dict[str, Any]] | None:
         """The call (tool name and arguments) that undoes a completed call, if there is one."""
         if self.compensation is None:
             return None
-        return self.compensation(self.args_model.model_validate(args), output)
+        return self.compensation(self.parse(args), output)
 
 
 REGISTRY: dict[str, ToolSpec] = {}
@@ -146,7 +155,7 @@ async def heartbeating() -> AsyncIterator[None]:
 def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
     """One activity per registered tool, bound to this worker's settings."""
 
-    store = LocalArtifactStore(settings.artifacts_dir)
+    store = store_for(settings)
     threshold = settings.artifact_threshold_bytes
 
     def bind(spec: ToolSpec) -> Callable[..., Any]:

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import mimetypes
 import re
+from pathlib import Path
 
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import Response
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
-from activities.artifacts import LocalArtifactStore
+from activities.artifacts import store_for
 from activities.tools.workspace import confine
-from api.auth import Reader
+from api.auth import Admin, Reader
 from api.deps import SettingsDep, TemporalClient
 from api.routes.runs import describe_run
+from longrun.settings import Settings
 
 router = APIRouter(prefix="/v1/runs/{run_id}/artifacts", tags=["artifacts"])
 
@@ -35,13 +39,25 @@ class ArtifactList(BaseModel):
     artifacts: list[Artifact]
 
 
+class Deleted(BaseModel):
+    """How many stored outputs a deletion removed."""
+
+    deleted: int
+
+
 @router.get("")
 async def list_artifacts(
     run_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> ArtifactList:
     """Stored outputs (`sha256:…`) and deliverables (`out/…`) of a run."""
     await describe_run(client, run_id)
-    store = LocalArtifactStore(settings.artifacts_dir)
+    # The store may be a bucket across the network and the workspace a shared volume:
+    # neither is read on the event loop.
+    return await run_in_threadpool(_listing, settings, run_id)
+
+
+def _listing(settings: Settings, run_id: str) -> ArtifactList:
+    store = store_for(settings)
     found = [Artifact(name=n, bytes=b, kind="output") for n, b in store.list(run_id)]
     out = settings.workspaces_dir / run_id / "workspace" / DELIVERABLES
     if out.is_dir():
@@ -59,7 +75,7 @@ async def get_artifact(
     await describe_run(client, run_id)
     try:
         if re.fullmatch(r"sha256:[0-9a-f]{64}", name):
-            data = LocalArtifactStore(settings.artifacts_dir).get(run_id, name)
+            data = await run_in_threadpool(store_for(settings).get, run_id, name)
             media = "text/plain; charset=utf-8" if _is_text(data) else "application/octet-stream"
             return Response(data, media_type=media)
         if not name.startswith(f"{DELIVERABLES}/"):
@@ -67,10 +83,29 @@ async def get_artifact(
         path = confine(settings.workspaces_dir / run_id / "workspace", name)
     except (ApplicationError, ValueError) as exc:
         raise HTTPException(404, f"no artifact '{name}' in run '{run_id}'") from exc
-    if not path.is_file():
+    content = await run_in_threadpool(_read_file, path)
+    if content is None:
         raise HTTPException(404, f"no artifact '{name}' in run '{run_id}'")
     media = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    return Response(path.read_bytes(), media_type=media)
+    return Response(content, media_type=media)
+
+
+@router.delete("")
+async def delete_artifacts(
+    run_id: str, client: TemporalClient, settings: SettingsDep, caller: Admin
+) -> Deleted:
+    """Delete an ended run's stored outputs (`sha256:…`); its `out/` deliverables stay."""
+    _, desc = await describe_run(client, run_id)
+    # An open run may still read its outputs through references (and continue-as-new
+    # carries them), so deleting them would break it.
+    if desc.status == WorkflowExecutionStatus.RUNNING:
+        raise HTTPException(409, f"run '{run_id}' is still open; delete its artifacts once it ends")
+    deleted = await run_in_threadpool(store_for(settings).delete_run, run_id)
+    return Deleted(deleted=deleted)
+
+
+def _read_file(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
 
 
 def _is_text(data: bytes) -> bool:
