@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime, timedelta
 
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from activities import activities_for
@@ -22,9 +24,8 @@ from workflows import RunWorkflow
 log = logging.getLogger("longrun.worker")
 
 SWEEP_EVERY = timedelta(hours=1)
-# Runs whose artifacts retention must spare, whatever their age: a run waiting weeks for an
-# approval still reads its outputs through references.
-OPEN_RUNS = "WorkflowType = 'longrun.Run' AND ExecutionStatus = 'Running'"
+# The ids the API gives runs: a folder or prefix of another shape is not a run's to delete.
+RUN_ID = re.compile(r"^run-[0-9a-f]{32}$")
 
 
 @asynccontextmanager
@@ -56,13 +57,29 @@ async def serving(client: Client, settings: Settings) -> AsyncIterator[Worker]:
 
 
 async def sweep_artifacts(client: Client, store: ArtifactStore, retention: timedelta) -> list[str]:
-    """Delete the artifacts of ended runs whose newest one is older than `retention`;
-    the run ids deleted."""
-    # Open runs are listed before the cutoff is taken: a run that starts after the listing
-    # has only artifacts newer than the cutoff.
-    keep = {execution.id async for execution in client.list_workflows(OPEN_RUNS)}
+    """Delete the artifacts of runs that ended more than `retention` ago and have written
+    none since; the run ids deleted."""
     cutoff = datetime.now(UTC) - retention
-    return await asyncio.to_thread(store.prune, cutoff, keep=keep)
+    deleted = []
+    for run_id in await asyncio.to_thread(store.stale_runs, cutoff):
+        # Temporal, not the artifacts' age, says whether a run is over: a run waiting weeks
+        # for an approval still reads its outputs through references.
+        if RUN_ID.match(run_id) and await _ended_before(client, run_id, cutoff):
+            await asyncio.to_thread(store.delete_run, run_id)
+            deleted.append(run_id)
+    return deleted
+
+
+async def _ended_before(client: Client, run_id: str, cutoff: datetime) -> bool:
+    """Whether the run (its latest history segment) closed before `cutoff`; a run Temporal
+    no longer knows ended longer ago than Temporal keeps histories."""
+    try:
+        desc = await client.get_workflow_handle(run_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return True
+        raise
+    return desc.close_time is not None and desc.close_time < cutoff
 
 
 async def _sweep_forever(client: Client, store: ArtifactStore, retention: timedelta) -> None:

@@ -87,9 +87,17 @@ class ArtifactStore(ABC):
         """Delete every artifact of the run (and of no other); how many there were."""
 
     @abstractmethod
+    def stale_runs(self, older_than: datetime) -> builtins.list[str]:
+        """The runs whose newest artifact is older than `older_than` (a naive time is UTC),
+        sorted."""
+
     def prune(self, older_than: datetime, *, keep: Collection[str] = ()) -> builtins.list[str]:
-        """Delete whole runs whose newest artifact is older than `older_than` (a naive time
-        is UTC), except the runs in `keep`; the ids of the runs deleted, sorted."""
+        """Delete whole runs whose newest artifact is older than `older_than`, except the
+        runs in `keep`; the ids of the runs deleted, sorted."""
+        pruned = [r for r in self.stale_runs(older_than) if r not in keep]
+        for run_id in pruned:
+            self.delete_run(run_id)
+        return pruned
 
     def offload(self, run_id: str, value: Any, threshold: int) -> Any:
         """`value` with every string longer than `threshold` bytes stored and referenced."""
@@ -171,30 +179,27 @@ class LocalArtifactStore(ArtifactStore):
             if _DIGEST.match(p.name)
         )
 
-    def delete_run(self, run_id: str) -> int:
-        """Delete the run's folder; how many artifacts it held."""
-        folder = self._dir(run_id)
-        if not folder.is_dir():
-            return 0
-        count = sum(1 for p in folder.iterdir() if _DIGEST.match(p.name))
-        shutil.rmtree(folder)
-        return count
-
-    def prune(self, older_than: datetime, *, keep: Collection[str] = ()) -> builtins.list[str]:
-        """Delete the folders of runs whose newest file is older than `older_than`, except
-        those in `keep`; the ids of the runs deleted."""
+    def stale_runs(self, older_than: datetime) -> builtins.list[str]:
+        """The runs whose newest file is older than `older_than`."""
         if not self.root.is_dir():
             return []
         cutoff = _timestamp(older_than)
-        pruned = []
+        stale = []
         for folder in self.root.iterdir():
-            run_id = folder.name
-            if not _RUN_ID.match(run_id) or run_id in keep or not folder.is_dir():
-                continue
-            if _newest(folder) < cutoff:
-                self.delete_run(run_id)
-                pruned.append(run_id)
-        return sorted(pruned)
+            if _RUN_ID.match(folder.name) and folder.is_dir() and _newest(folder) < cutoff:
+                stale.append(folder.name)
+        return sorted(stale)
+
+    def delete_run(self, run_id: str) -> int:
+        """Delete the run's folder; how many artifacts it held."""
+        folder = self._dir(run_id)
+        try:
+            count = sum(1 for p in folder.iterdir() if _DIGEST.match(p.name))
+            # Another replica's sweep may be deleting the same folder: gone is gone.
+            shutil.rmtree(folder)
+        except FileNotFoundError:
+            return 0
+        return count
 
 
 def _newest(folder: Path) -> float:
@@ -309,9 +314,8 @@ class S3ArtifactStore(ArtifactStore):
                 )
         return len(keys)
 
-    def prune(self, older_than: datetime, *, keep: Collection[str] = ()) -> builtins.list[str]:
-        """Delete the runs whose newest object is older than `older_than`, except those in
-        `keep`; the ids of the runs deleted."""
+    def stale_runs(self, older_than: datetime) -> builtins.list[str]:
+        """The runs whose newest object is older than `older_than`."""
         cutoff = _timestamp(older_than)
         newest: dict[str, float] = {}
         for obj in self._objects(self.prefix):
@@ -321,10 +325,7 @@ class S3ArtifactStore(ArtifactStore):
                 continue
             at = obj["LastModified"].timestamp()
             newest[run_id] = max(at, newest.get(run_id, at))
-        pruned = sorted(r for r, at in newest.items() if at < cutoff and r not in keep)
-        for run_id in pruned:
-            self.delete_run(run_id)
-        return pruned
+        return sorted(r for r, at in newest.items() if at < cutoff)
 
 
 @lru_cache(maxsize=8)

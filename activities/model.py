@@ -190,7 +190,7 @@ class ModelActivities:
             return turns, []
         found = self._journal.search(req.run_id, req.brief.recall, RECALL_NOTES)
         notes = [f"[{n.kind}, {n.step}] {n.text}" for n in found]
-        return context.assemble(req.brief, notes, turns)
+        return context.assemble(req.brief, notes, turns, req.tools)
 
     @activity.defn(name="context.compact")
     async def compact(self, req: CompactRequest) -> CompactResult:

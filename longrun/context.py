@@ -79,12 +79,17 @@ def _preview(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def assemble(
-    brief: Brief, notes: list[str], turns: list[dict[str, Any]]
+    brief: Brief,
+    notes: list[str],
+    turns: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The messages of one actor call, and what was trimmed to fit the budget."""
+    """The messages of one actor call, and what was trimmed to fit the budget (which the
+    tools' schemas, sent with every call, count against too)."""
     plan, summary, progress, notes = list(brief.plan), brief.summary, list(brief.progress), notes
     turns = list(turns)
     trimmed: list[str] = []
+    fixed = estimate_tokens(json.dumps(tools)) if tools else 0
 
     def build() -> list[dict[str, Any]]:
         user = _user_message(brief, plan, summary, progress, notes)
@@ -95,7 +100,7 @@ def assemble(
         ]
 
     def over() -> int:
-        return _size(build()) - brief.token_budget
+        return fixed + _size(build()) - brief.token_budget
 
     tool_turns = [i for i, m in enumerate(turns) if m.get("role") == "tool"]
     while notes and over() > 0:
@@ -104,16 +109,20 @@ def assemble(
     for i in tool_turns[:-FULL_TOOL_RESULTS]:
         if over() <= 0:
             break
-        turns[i] = _preview(turns[i])
-        trimmed.append("tool result")
+        cut = _preview(turns[i])
+        if cut is not turns[i]:
+            turns[i] = cut
+            trimmed.append("tool result")
     while progress and over() > 0:
         progress = progress[1:]
         trimmed.append("finished step")
-    excess = over()
-    if summary and excess > 0:
-        keep = max(0, len(summary) - excess * BYTES_PER_TOKEN)
-        summary = "…" + summary[len(summary) - keep :] if keep else ""
+    if summary and over() > 0:
         trimmed.append("summary")
+        ellipsis = len("…".encode())
+        while summary and over() > 0:  # cut bytes from the start; the newest part stays
+            data = summary.encode()
+            rest = data[over() * BYTES_PER_TOKEN + ellipsis :].decode(errors="ignore")
+            summary = "…" + rest if rest else ""
     if over() > 0 and len(plan) > 2 * PLAN_NEIGHBOURS + 1:
         at = next((i for i, line in enumerate(plan) if line.startswith("[running]")), 0)
         plan = plan[max(0, at - PLAN_NEIGHBOURS) : at + PLAN_NEIGHBOURS + 1]

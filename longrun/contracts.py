@@ -467,12 +467,21 @@ class StepQuery(BaseModel):
 
 
 class CompletedCall(BaseModel):
-    """A completed tool call, kept in case the run must undo it."""
+    """A completed tool call that compensation would undo or report as irreversible.
+
+    The undo call is worked out when the call completes, so the log stays small (a
+    write's undo names a backup, not the content). Records of older runs carry the call's
+    arguments and output instead, and their undo is worked out when it is needed.
+    """
 
     step_id: str
     tool: str
-    args: dict[str, Any]
-    output: dict[str, Any]
+    args: dict[str, Any] = Field(default_factory=dict)
+    output: dict[str, Any] = Field(default_factory=dict)
+    undo_known: bool = False
+    undo_tool: str | None = None
+    undo_args: dict[str, Any] | None = None
+    irreversible: bool = False
 
 
 class RunCarry(BaseModel):
@@ -489,6 +498,7 @@ class RunCarry(BaseModel):
     pause_request: ControlRequest | None = None
     compensate_on_cancel: bool = False
     agent: AgentCarry | None = None
+    steps_dropped: int = 0  # an agent's tool calls not carried
 
 
 class AgentCarry(BaseModel):

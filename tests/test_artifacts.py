@@ -226,10 +226,14 @@ async def test_the_worker_prunes_old_artifacts_of_ended_runs(
 ) -> None:
     # Started with no worker polling yet: the run is open and stays so.
     open_run = await submit(api, [{"id": "gate", "approval": {"message": "ok?"}}])
+    # Ended just now, after its artifacts were last written ten days ago.
+    just_ended = await submit(api, [{"id": "gate", "approval": {"message": "ok?"}}])
+    await client.get_workflow_handle(just_ended).terminate("ended just now")
+    # Unknown to Temporal: ended longer ago than it keeps histories.
     ended_run, fresh_run = f"run-{uuid.uuid4().hex}", f"run-{uuid.uuid4().hex}"
     store = store_for(settings)
     ten_days_ago = time.time() - 10 * 86_400
-    for run_id in (open_run, ended_run, fresh_run):
+    for run_id in (open_run, just_ended, ended_run, fresh_run):
         artifact = store.put(run_id, run_id.encode())
         if run_id != fresh_run:
             path = settings.artifacts_dir / run_id / artifact.removeprefix("sha256:")
@@ -243,6 +247,7 @@ async def test_the_worker_prunes_old_artifacts_of_ended_runs(
                 await asyncio.sleep(0.1)
             assert store.list(ended_run) == []
             assert len(store.list(open_run)) == 1  # open runs are spared, however old
+            assert len(store.list(just_ended)) == 1  # retention counts from the run's end
             assert len(store.list(fresh_run)) == 1
     finally:
         await client.get_workflow_handle(open_run).terminate("test over")

@@ -70,3 +70,25 @@ def test_notes_go_least_relevant_first() -> None:
     assert trimmed == ["note"]
     assert "fact number 0" in messages[1]["content"]
     assert "fact number 4" not in messages[1]["content"]
+
+
+def test_a_cut_summary_fits_the_budget_and_keeps_its_newest_part() -> None:
+    summary = "é" * 3000 + " the newest fact"
+    full, _ = assemble(brief(summary=summary, progress=[]), [], [])
+    for excess in (1, 7, 39, 500):
+        budget = size(full) - excess
+        messages, trimmed = assemble(
+            brief(summary=summary, progress=[], token_budget=budget), [], []
+        )
+        assert trimmed == ["summary"]
+        assert budget - 3 <= size(messages) <= budget  # fits, and not cut far more than needed
+        assert "the newest fact" in messages[1]["content"]
+
+
+def test_the_tool_schemas_count_against_the_budget() -> None:
+    tools = [{"type": "function", "function": {"name": "t", "description": "d" * 3000}}]
+    full, _ = assemble(brief(), NOTES, [])
+    _, trimmed = assemble(brief(token_budget=size(full) + 10), NOTES, [], tools)
+    assert trimmed[0] == "note"
+    _, trimmed = assemble(brief(token_budget=size(full) + 10), NOTES, [])
+    assert trimmed == []

@@ -81,6 +81,7 @@ CARRIED_SUMMARY_CHARS = 200  # of a finished step outside the plan window, when 
 MAX_ARGUMENT_CHARS = 200_000
 TOOL_RESULT_CHARS = 32_000  # of a tool result in history (its big fields are references)
 OBSERVATION_CHARS = 1500
+ECHOED_ARGUMENT_CHARS = 2000  # of a tool call's arguments, in the step's later turns
 OBSERVATIONS_KEPT = 8
 NOTES_KEPT = 10
 PLAN_WINDOW = 5  # plan steps shown on each side of the current one
@@ -161,9 +162,12 @@ class AgentLoop:
         plan = [item.model_copy() for item in self.plan]
         at = self.plan.index(self._current) if self._current in self.plan else self._index
         for item in plan[: max(0, at - PLAN_WINDOW)]:
-            if item.summary and len(item.summary) > CARRIED_SUMMARY_CHARS:
-                item.summary = item.summary[:CARRIED_SUMMARY_CHARS] + "…"
+            item.intent = _cut(item.intent, CARRIED_SUMMARY_CHARS)
+            item.expected_evidence = _cut(item.expected_evidence, CARRIED_SUMMARY_CHARS)
+            if item.summary:
+                item.summary = _cut(item.summary, CARRIED_SUMMARY_CHARS)
             item.verification = None
+            item.guidance = []
         return plan
 
     def _carry(self) -> AgentCarry:
@@ -224,7 +228,12 @@ class AgentLoop:
         feedback = self._feedback
         while True:
             # Between steps is the quiet moment to hand over: no call or approval is open.
-            if self._context and self._run.hand_over_due(self._verified_here):
+            # (Only after progress here, so a segment always moves the run forward.)
+            if (
+                self._context
+                and self._verified_here
+                and self._run.hand_over_due(self._verified_here)
+            ):
                 self._index, self._feedback = index, feedback
                 await self._run.hand_over({}, agent=self._carry())
             if index == len(self.plan):
@@ -262,7 +271,7 @@ class AgentLoop:
                 feedback = None
                 continue
             item.attempts += 1
-            feedback = f"Verification of this step failed: {verdict.evidence}"
+            feedback = f"Verification of this step failed: {verdict.evidence[:2000]}"
             if item.attempts < self._spec.max_verify_attempts:
                 continue
             if self.replans < self._spec.max_replans:
@@ -314,7 +323,7 @@ class AgentLoop:
                 f"declined to help{reason}"
             )
         item.guidance.append(f"{record.decided_by}: {record.comment or '(no comment)'}")
-        return f"Last failure: {why}"
+        return f"Last failure: {why[:2000]}"
 
     # --- planning -----------------------------------------------------------------------------
 
@@ -592,20 +601,31 @@ class AgentLoop:
         if len(self._notes) <= COMPACT_AT:
             return
         entries = self._notes[:-KEEP_RECENT]
-        result: CompactResult = await self._activity(
-            ModelActivities.compact,
-            CompactRequest(
-                run_id=self._inp.run_id,
-                model=self._spec.actor_model,
-                goal=self._inp.goal,
-                summary=self._summary,
-                entries=entries,
-                max_chars=SUMMARY_CHARS,
-            ),
-            summary=f"compact {len(entries)} steps",
-        )
-        self._count(result.usage)
-        self._summary = result.summary
+        try:
+            result: CompactResult = await self._activity(
+                ModelActivities.compact,
+                CompactRequest(
+                    run_id=self._inp.run_id,
+                    model=self._spec.actor_model,
+                    goal=self._inp.goal,
+                    summary=self._summary,
+                    entries=entries,
+                    max_chars=SUMMARY_CHARS,
+                ),
+                summary=f"compact {len(entries)} steps",
+            )
+        except StepFailed as exc:
+            # A summary is a convenience: without one, keep the newest text that fits.
+            workflow.logger.warning("compaction failed, summary cut instead: %s", exc)
+            summary = ""
+        else:
+            self._count(result.usage)
+            summary = result.summary.strip()
+        if not summary:
+            summary = "\n".join([self._summary, *entries]).strip()
+            if len(summary) > SUMMARY_CHARS:
+                summary = "…" + summary[-(SUMMARY_CHARS - 1) :]
+        self._summary = summary
         self._notes = self._notes[-KEEP_RECENT:]
 
     async def _recall(self, query: str) -> list[str]:
@@ -659,6 +679,10 @@ class AgentLoop:
             raise StepFailed(f"{summary} failed: {message}") from None
 
 
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def _duplicate_ids(plan: AgentPlan | None) -> str | None:
     if plan is None:
         return None
@@ -667,13 +691,27 @@ def _duplicate_ids(plan: AgentPlan | None) -> str | None:
 
 
 def _assistant_message(result: ActResult) -> dict[str, Any]:
+    """The model's turn as the step's later turns resend it. Long tool arguments (a file's
+    content) are cut to a preview there: they ran already, and resending them on every
+    turn would grow the step's history with the square of its turns."""
     message: dict[str, Any] = {"role": "assistant", "content": result.content}
     if result.tool_calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": _echoed(c.arguments)},
+            }
             for c in result.tool_calls
         ]
     return message
+
+
+def _echoed(arguments: str) -> str:
+    if len(arguments) <= ECHOED_ARGUMENT_CHARS:
+        return arguments
+    cut = {"cut": f"{len(arguments)} characters", "start": arguments[:ECHOED_ARGUMENT_CHARS]}
+    return json.dumps(cut)
 
 
 def _names_a_secret(value: Any) -> bool:

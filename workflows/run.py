@@ -72,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
 PREVIEW_CHARS = 200
 AGENT_STEPS_KEPT = 100  # an agent's latest tool calls carried across continue-as-new
 LISTED_OUTPUT_CHARS = 2000  # of one step's output in status; the `step` query has it all
+STATUS_OUTPUT_CHARS = 500_000  # of all outputs in status together
 STATUS_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunStatus")
 LABELS_ATTRIBUTE = SearchAttributeKey.for_keyword_list("LongrunLabels")
 
@@ -103,6 +104,7 @@ class RunWorkflow:
         self._compensate_on_cancel = False
         self._completed_calls: list[CompletedCall] = []  # oldest first
         self._segment = 1
+        self._steps_dropped = 0  # an agent's tool calls earlier segments did not carry
         self._settled_here = 0  # steps that ended in this history segment
         # Approvals a step was waiting for when the last segment handed over.
         self._resumable: dict[str, ApprovalRecord] = {}
@@ -131,13 +133,18 @@ class RunWorkflow:
         if self._agent is not None and len(steps) > AGENT_STEPS_KEPT:
             omitted = len(steps) - AGENT_STEPS_KEPT
             steps = steps[omitted:]
+        omitted += self._steps_dropped
+        # Each output gets its share of the room status has, between the preview's size
+        # and LISTED_OUTPUT_CHARS.
+        share = STATUS_OUTPUT_CHARS // max(1, len(steps) + len(self._result or ()))
+        limit = max(PREVIEW_CHARS, min(LISTED_OUTPUT_CHARS, share))
         state = RunState(
             run_id=self._inp.run_id,
             goal=self._inp.goal,
             status=self._status,
             # Bounded, so status stays well under Temporal's payload limit however long
             # the run: big outputs are previewed, an agent's old tool calls counted.
-            steps=[_listed(s) for s in steps],
+            steps=[_listed(s, limit) for s in steps],
             steps_omitted=omitted,
             pending_approvals=[
                 PendingApproval.model_validate(
@@ -149,7 +156,9 @@ class RunWorkflow:
             # A copy: a query must not change the state it reports.
             usage=self._usage.model_copy(update={"duration_s": self._elapsed_s()}),
             labels=self._inp.labels,
-            result=self._result,
+            result={k: _shown(v, limit) for k, v in self._result.items()}
+            if isinstance(self._result, dict)
+            else self._result,
             error=self._error,
             budget=self._budget_view(),
             pause_reason=self._pause_reason,
@@ -254,6 +263,7 @@ class RunWorkflow:
     def _restore(self, carry: RunCarry) -> None:
         """Take over from the previous history segment."""
         self._segment = carry.segment
+        self._steps_dropped = carry.steps_dropped
         self._started = carry.started
         self._steps = {s.id: s for s in carry.steps}
         self._approvals = {a.approval_id: a for a in carry.approvals}
@@ -291,14 +301,24 @@ class RunWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         self.record("longrun", "continued as new", f"segment {self._segment + 1}")
         steps = list(self._steps.values())
+        dropped = self._steps_dropped
         if agent is not None:
-            # An agent's tool calls are referenced by nobody later: keep the recent ones.
-            steps = steps[-AGENT_STEPS_KEPT:]
+            # An agent's tool calls are referenced by nobody later: the recent ones travel,
+            # big outputs previewed, the rest are counted.
+            dropped += max(0, len(steps) - AGENT_STEPS_KEPT)
+            steps = [_listed(s) for s in steps[-AGENT_STEPS_KEPT:]]
+        # A decided approval's arguments are in history already; its record travels on so
+        # that approval ids stay unique.
+        approvals = [
+            a if a.decision is None else a.model_copy(update={"arguments": None})
+            for a in self._approvals.values()
+        ]
         carry = RunCarry(
             segment=self._segment + 1,
             started=self._started,
             steps=steps,
-            approvals=list(self._approvals.values()),
+            steps_dropped=dropped,
+            approvals=approvals,
             usage=self._usage,
             budget=self._budget,
             audit=self._audit,
@@ -317,24 +337,39 @@ class RunWorkflow:
         """Remember a completed tool call, in case the run must undo it (read-only calls
         leave nothing to undo or to report)."""
         spec = REGISTRY[tool]
-        if spec.undo(args, output) is None:
-            effect = spec.side_effect_of(spec.parse(args))
-            if effect is not SideEffect.IRREVERSIBLE:
-                return
+        undo = spec.undo(args, output)
+        irreversible = undo is None and (
+            spec.side_effect_of(spec.parse(args)) is SideEffect.IRREVERSIBLE
+        )
+        if undo is None and not irreversible:
+            return
         self._completed_calls.append(
-            CompletedCall(step_id=step_id, tool=tool, args=args, output=output)
+            CompletedCall(
+                step_id=step_id,
+                tool=tool,
+                undo_known=True,
+                undo_tool=undo[0] if undo else None,
+                undo_args=undo[1] if undo else None,
+                irreversible=irreversible,
+            )
         )
 
     async def _compensate(self) -> Compensation:
         """Undo completed reversible calls once each, newest first; list what stays done."""
         outcome = Compensation()
         for call in reversed(self._completed_calls):
-            step_id, tool, args = call.step_id, call.tool, call.args
-            spec = REGISTRY[tool]
-            undo = spec.undo(args, call.output)
+            step_id, tool = call.step_id, call.tool
+            if call.undo_known:
+                undo = (call.undo_tool, call.undo_args or {}) if call.undo_tool else None
+                irreversible = call.irreversible
+            else:
+                spec = REGISTRY[tool]
+                undo = spec.undo(call.args, call.output)
+                irreversible = spec.side_effect_of(spec.parse(call.args)) is (
+                    SideEffect.IRREVERSIBLE
+                )
             if undo is None:
-                effect = spec.side_effect_of(spec.parse(args))
-                if effect is SideEffect.IRREVERSIBLE:
+                if irreversible:
                     outcome.not_undone.append(step_id)
                     self.record("longrun", "not undone", f"{step_id}: {tool} is irreversible")
                 continue
@@ -772,15 +807,20 @@ class RunWorkflow:
             workflow.upsert_search_attributes([STATUS_ATTRIBUTE.value_set(self._status)])
 
 
-def _listed(state: StepState) -> StepState:
+def _shown(value: Any, limit: int) -> Any:
+    """`value`, or a preview of it when its JSON is longer than `limit` characters."""
+    if value is None:
+        return None
+    text = json.dumps(value)
+    if len(text) <= limit:
+        return value
+    return {"truncated": True, "chars": len(text), "preview": text[:PREVIEW_CHARS]}
+
+
+def _listed(state: StepState, limit: int = LISTED_OUTPUT_CHARS) -> StepState:
     """A step as status lists it: an output too big to list becomes a preview."""
-    if state.output is None:
-        return state
-    text = json.dumps(state.output)
-    if len(text) <= LISTED_OUTPUT_CHARS:
-        return state
-    output = {"truncated": True, "chars": len(text), "preview": text[:PREVIEW_CHARS]}
-    return state.model_copy(update={"output": output})
+    output = _shown(state.output, limit)
+    return state if output is state.output else state.model_copy(update={"output": output})
 
 
 def _reached(limit: float | None, used: float) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import mimetypes
 import re
 from pathlib import Path
@@ -19,6 +20,8 @@ from api.auth import Admin, Reader
 from api.deps import SettingsDep, TemporalClient
 from api.routes.runs import describe_run
 from longrun.settings import Settings
+
+log = logging.getLogger("longrun.api")
 
 router = APIRouter(prefix="/v1/runs/{run_id}/artifacts", tags=["artifacts"])
 
@@ -101,6 +104,7 @@ async def delete_artifacts(
     if desc.status == WorkflowExecutionStatus.RUNNING:
         raise HTTPException(409, f"run '{run_id}' is still open; delete its artifacts once it ends")
     deleted = await run_in_threadpool(store_for(settings).delete_run, run_id)
+    log.info("%s deleted the %d stored outputs of run %s", caller.name, deleted, run_id)
     return Deleted(deleted=deleted)
 
 
