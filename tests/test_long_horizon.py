@@ -86,6 +86,10 @@ async def test_a_fact_noted_at_step_5_is_in_the_prompt_at_step_800(
         info = desc.raw_description.workflow_execution_info
         assert info.history_length < 10_240
         assert info.history_size_bytes < 10 * 1024 * 1024
+        # What a segment was handed stays under Temporal's warning size for one payload.
+        history = await client.get_workflow_handle(run_id, run_id=segment.run_id).fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        assert sum(len(p.data) for p in started.input.payloads) < 512 * 1024
 
 
 async def test_an_agent_run_continues_as_new_and_its_approvals_work_after(
@@ -128,3 +132,62 @@ async def test_an_agent_run_continues_as_new_and_its_approvals_work_after(
     assert trail.count("continued as new") >= 2
     assert "approve" in trail[trail.index("continued as new") :]
     assert trail[-1] == "completed"
+
+
+async def test_a_small_prompt_budget_cuts_older_tool_results_of_a_step(
+    settings: Settings, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    marker = "tight-budget"
+    results = [f"result {i} " + "z" * 900 for i in range(4)]
+    standin.scenario(
+        [
+            {
+                "match": marker,
+                "role": "plan",
+                "json": {"steps": [{"id": "a", "intent": "gather", "expected_evidence": "x"}]},
+            },
+            *[
+                {
+                    "match": marker,
+                    "role": "act",
+                    "times": 1,
+                    "tool_calls": [{"name": "echo", "arguments": {"value": r}}],
+                }
+                for r in results
+            ],
+        ]
+    )
+    async with api_with(settings, prompt_token_budget=1000) as api:
+        response = await api.post("/v1/runs", json={"goal": f"{marker}: gather", "tools": ["echo"]})
+        run = await wait_run(response.json()["run_id"], http=api)
+    assert run["status"] == "completed", run["error"]
+    last_turn = standin.calls(marker, role="act")[4]["messages"]
+    tool_results = [m["content"] for m in last_turn if m["role"] == "tool"]
+    assert len(tool_results) == 4
+    assert all("older result cut" in r for r in tool_results[:2])
+    assert [results[2] in tool_results[2], results[3] in tool_results[3]] == [True, True]
+
+
+async def test_an_agent_lists_its_latest_hundred_tool_calls_and_counts_the_rest(
+    short: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    marker = "many-calls"
+    plan = [{"id": f"p{i}", "intent": f"part {i}", "expected_evidence": "x"} for i in range(2)]
+    many = [{"name": "echo", "arguments": {"value": i}} for i in range(101)]
+    standin.scenario(
+        [
+            {"match": marker, "role": "plan", "json": {"steps": plan}},
+            {"match": [marker, "step now: p0"], "role": "act", "times": 1, "tool_calls": many},
+            {"match": [marker, "step now: p1"], "role": "act", "times": 1, "tool_calls": many[:1]},
+        ]
+    )
+    response = await short.post(
+        "/v1/runs", json={"goal": f"{marker}: call a lot", "tools": ["echo"]}
+    )
+    run = await wait_run(response.json()["run_id"], http=short)
+    assert run["status"] == "completed", run["error"]
+    assert run["usage"]["tool_calls"] == 102
+    # One call beyond the hundred was left behind at the hand-over, one more since.
+    assert run["steps_omitted"] == 2
+    assert len(run["steps"]) == 100
+    assert run["steps"][-1]["id"] == "p1-t102"

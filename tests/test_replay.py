@@ -17,6 +17,8 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
+from api.app import create_app
+from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, submit
 from workflows import RunWorkflow
 
@@ -116,5 +118,32 @@ async def test_fresh_histories_replay(
         result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, f"{name}: {result.replay_failure}"
         saved = HISTORIES / f"{name}.json"
+        if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
+            saved.write_text(history.to_json())
+
+
+async def test_segments_of_a_long_agent_run_replay(
+    settings: Settings, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    # Fourteen steps in segments of five: hand-overs, and a compaction in the third segment.
+    steps = [{"id": f"s{i}", "intent": f"part {i}", "expected_evidence": "x"} for i in range(14)]
+    standin.scenario([{"match": "replay-long", "role": "plan", "json": {"steps": steps}}])
+    app = create_app(settings.model_copy(update={"continue_as_new_every": 5}))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://a"
+    ) as api:
+        response = await api.post("/v1/runs", json={"goal": "replay-long: go", "tools": ["note"]})
+        run_id = response.json()["run_id"]
+        run = await wait_run(run_id, http=api)
+    assert run["status"] == "completed", run["error"]
+    assert standin.calls("Finished steps to merge in", role="complete")
+    segments = [wf async for wf in client.list_workflows(f"WorkflowId = '{run_id}'")]
+    assert len(segments) == 3
+    for n, segment in enumerate(sorted(segments, key=lambda s: s.start_time), start=1):
+        handle = client.get_workflow_handle(run_id, run_id=segment.run_id)
+        history = await handle.fetch_history()
+        result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, f"segment {n}: {result.replay_failure}"
+        saved = HISTORIES / f"agent_segment_{n}.json"
         if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
             saved.write_text(history.to_json())
