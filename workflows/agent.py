@@ -152,8 +152,8 @@ class AgentLoop:
         self._notes = carry.progress
         self._summary = carry.summary
         self.phase = "acting"
-        if self._index < len(self.plan):
-            self._current = self.plan[self._index]
+        if self.plan:  # past the last step, the last one's summary is the run's claim
+            self._current = self.plan[min(self._index, len(self.plan) - 1)]
 
     def _compact_plan(self) -> list[PlanItem]:
         """A copy of the plan in which steps far behind the current one keep a short
