@@ -13,8 +13,8 @@ parts are trimmed in a fixed order, least needed first:
 5. the plan, down to the current step and its neighbours.
 
 The system prompt, goal, criteria, the step, guidance, feedback and the latest tool
-results are never trimmed. Pure functions, so the workflow, the activity and the
-benchmarks agree on what a prompt holds.
+results are never trimmed. Pure functions: `model.act` calls them with what it read from
+the journal and the artifact store.
 """
 
 from __future__ import annotations
