@@ -27,9 +27,10 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest
 
-bench: $(STAMP)  ## speed and fault tolerance against bare Temporal, printed, never asserted
+bench: $(STAMP)  ## speed, fault tolerance and prompt growth, printed, never asserted
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/agent_faults.py
+	$(BIN)/python bench/context_growth.py
 
 demo: $(STAMP)  ## a goal-only run against the stack that `make run` started
 	$(BIN)/longrun demo
