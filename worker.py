@@ -16,6 +16,7 @@ from temporalio.worker import Worker
 
 from activities import activities_for
 from activities.artifacts import ArtifactStore, store_for
+from longrun.contracts import RUN_ID_PATTERN
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
 from longrun.temporal import connect, ensure_search_attributes
@@ -24,8 +25,8 @@ from workflows import RunWorkflow
 log = logging.getLogger("longrun.worker")
 
 SWEEP_EVERY = timedelta(hours=1)
-# The ids the API gives runs: a folder or prefix of another shape is not a run's to delete.
-RUN_ID = re.compile(r"^run-[0-9a-f]{32}$")
+# A folder or prefix not named like the API's run ids is not a run's to delete.
+RUN_ID = re.compile(RUN_ID_PATTERN)
 
 
 @asynccontextmanager
@@ -62,11 +63,16 @@ async def sweep_artifacts(client: Client, store: ArtifactStore, retention: timed
     cutoff = datetime.now(UTC) - retention
     deleted = []
     for run_id in await asyncio.to_thread(store.stale_runs, cutoff):
-        # Temporal, not the artifacts' age, says whether a run is over: a run waiting weeks
-        # for an approval still reads its outputs through references.
-        if RUN_ID.match(run_id) and await _ended_before(client, run_id, cutoff):
-            await asyncio.to_thread(store.delete_run, run_id)
-            deleted.append(run_id)
+        if not RUN_ID.match(run_id):
+            continue
+        try:
+            # Temporal, not the artifacts' age, says whether a run is over: a run waiting
+            # weeks for an approval still reads its outputs through references.
+            if await _ended_before(client, run_id, cutoff):
+                await asyncio.to_thread(store.delete_run, run_id)
+                deleted.append(run_id)
+        except Exception:  # one run's trouble does not hold up the others
+            log.exception("artifact retention: could not sweep run %s", run_id)
     return deleted
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from longrun.policy import Policy
 
+RUN_ID_PATTERN = r"^run-[0-9a-f]{32}$"  # the ids the API gives runs
 STEP_ID_PATTERN = r"^[a-z0-9_-]{1,64}$"
 LABEL_KEY_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 LABEL_VALUE_PATTERN = r"^[A-Za-z0-9_.-]{1,63}$"

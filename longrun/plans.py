@@ -137,6 +137,11 @@ def references(text: str) -> list[tuple[str, list[str]]]:
     return found
 
 
+def referenced_steps(step: Step) -> set[str]:
+    """The ids of the steps whose outputs `step` refers to."""
+    return {ref for _, text in _templated_fields(step) for ref, _ in references(text)}
+
+
 def _templated_fields(step: Step) -> Iterator[tuple[Loc, str]]:
     if step.tool is not None:
         yield from iter_strings(step.args, ("args",))

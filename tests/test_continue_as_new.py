@@ -149,3 +149,25 @@ async def test_cancel_after_hand_overs_undoes_steps_of_earlier_segments(
     # The undo log crossed the boundaries; read-only calls were never on it.
     assert run["result"] == {"compensated": ["early"], "not_undone": []}
     assert not (workspace / "a.txt").exists()
+
+
+async def test_a_hand_over_carries_whole_only_the_outputs_still_needed(
+    short: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    kept, dropped = "k" * 5000, "d" * 5000
+    steps = [
+        {"id": "kept", "tool": "echo", "args": {"value": kept}},
+        {"id": "dropped", "tool": "echo", "args": {"value": dropped}},
+        {"id": "e1", "tool": "echo"},
+        {"id": "use", "tool": "echo", "args": {"value": "{{steps.kept.output.value}}"}},
+    ]
+    run_id = await submit(short, steps)
+    run = await wait_run(run_id, http=short)
+    assert run["status"] == "completed", run["error"]
+    assert await segments(client, run_id) == 2
+    use = (await short.get(f"/v1/runs/{run_id}/steps/use")).json()
+    assert use["output"] == {"value": kept}  # the reference read the whole output
+    assert (await short.get(f"/v1/runs/{run_id}/steps/kept")).json()["output"] == {"value": kept}
+    # Nothing after the hand-over needed it: the first segment's history has it whole.
+    carried = (await short.get(f"/v1/runs/{run_id}/steps/dropped")).json()["output"]
+    assert carried["truncated"] is True

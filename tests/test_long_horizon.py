@@ -169,25 +169,29 @@ async def test_a_small_prompt_budget_cuts_older_tool_results_of_a_step(
 
 
 async def test_an_agent_lists_its_latest_hundred_tool_calls_and_counts_the_rest(
-    short: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+    short: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:
     marker = "many-calls"
-    plan = [{"id": f"p{i}", "intent": f"part {i}", "expected_evidence": "x"} for i in range(2)]
+    plan = [{"id": f"p{i}", "intent": f"part {i}", "expected_evidence": "x"} for i in range(3)]
     many = [{"name": "echo", "arguments": {"value": i}} for i in range(101)]
     standin.scenario(
         [
             {"match": marker, "role": "plan", "json": {"steps": plan}},
             {"match": [marker, "step now: p0"], "role": "act", "times": 1, "tool_calls": many},
             {"match": [marker, "step now: p1"], "role": "act", "times": 1, "tool_calls": many[:1]},
+            {"match": [marker, "step now: p2"], "role": "act", "times": 1, "tool_calls": many[:2]},
         ]
     )
     response = await short.post(
         "/v1/runs", json={"goal": f"{marker}: call a lot", "tools": ["echo"]}
     )
-    run = await wait_run(response.json()["run_id"], http=short)
+    run_id = response.json()["run_id"]
+    run = await wait_run(run_id, http=short)
     assert run["status"] == "completed", run["error"]
-    assert run["usage"]["tool_calls"] == 102
-    # One call beyond the hundred was left behind at the hand-over, one more since.
-    assert run["steps_omitted"] == 2
+    assert run["usage"]["tool_calls"] == 104
+    # p0 and p1 made 102 calls before the hand-over, which carried the latest 100 and
+    # counted 2; p2 made 2 more, so status lists 100 of the 102 it holds and counts 2 more.
+    assert len(await segments(client, run_id)) == 2
+    assert run["steps_omitted"] == 4
     assert len(run["steps"]) == 100
-    assert run["steps"][-1]["id"] == "p1-t102"
+    assert run["steps"][-1]["id"] == "p2-t104"

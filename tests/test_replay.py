@@ -147,3 +147,30 @@ async def test_segments_of_a_long_agent_run_replay(
         saved = HISTORIES / f"agent_segment_{n}.json"
         if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
             saved.write_text(history.to_json())
+
+
+async def test_segments_of_a_plan_run_that_compensates_after_a_hand_over_replay(
+    settings: Settings, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    steps = [
+        {"id": "w", "tool": "write_file", "args": {"path": "w.txt", "content": "w"}},
+        *({"id": f"e{i}", "tool": "echo"} for i in range(3)),
+        {"id": "bad", "tool": "read_file", "args": {"path": "missing.txt"}},
+    ]
+    app = create_app(settings.model_copy(update={"continue_as_new_every": 3}))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://a"
+    ) as api:
+        run_id = await submit(api, steps, on_failure="compensate")
+        run = await wait_run(run_id, http=api)
+    assert run["status"] == "failed"
+    assert run["result"] == {"compensated": ["w"], "not_undone": []}
+    segments = [wf async for wf in client.list_workflows(f"WorkflowId = '{run_id}'")]
+    assert len(segments) == 2
+    for n, segment in enumerate(sorted(segments, key=lambda s: s.start_time), start=1):
+        history = await client.get_workflow_handle(run_id, run_id=segment.run_id).fetch_history()
+        result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, f"segment {n}: {result.replay_failure}"
+        saved = HISTORIES / f"compensated_after_hand_over_{n}.json"
+        if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
+            saved.write_text(history.to_json())

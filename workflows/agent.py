@@ -77,7 +77,7 @@ CONTEXT_PATCH = "agent-context"
 COMPACT_AT = 12  # finished steps listed in full before the oldest are summarized
 KEEP_RECENT = 4  # finished steps still listed in full after compaction
 SUMMARY_CHARS = 2000
-CARRIED_SUMMARY_CHARS = 200  # of a finished step outside the plan window, when handing over
+CARRIED_SUMMARY_CHARS = 100  # of a step's intent and summary far behind the current one
 MAX_ARGUMENT_CHARS = 200_000
 TOOL_RESULT_CHARS = 32_000  # of a tool result in history (its big fields are references)
 OBSERVATION_CHARS = 1500
@@ -139,6 +139,7 @@ class AgentLoop:
         self._resumed = inp.carry is not None and inp.carry.agent is not None
         if inp.carry is not None and inp.carry.agent is not None:
             self._restore(inp.carry.agent)
+        self._turns_at_start = self._turns
 
     def _restore(self, carry: AgentCarry) -> None:
         self.plan = carry.plan
@@ -163,7 +164,7 @@ class AgentLoop:
         at = self.plan.index(self._current) if self._current in self.plan else self._index
         for item in plan[: max(0, at - PLAN_WINDOW)]:
             item.intent = _cut(item.intent, CARRIED_SUMMARY_CHARS)
-            item.expected_evidence = _cut(item.expected_evidence, CARRIED_SUMMARY_CHARS)
+            item.expected_evidence = ""
             if item.summary:
                 item.summary = _cut(item.summary, CARRIED_SUMMARY_CHARS)
             item.verification = None
@@ -228,12 +229,10 @@ class AgentLoop:
         feedback = self._feedback
         while True:
             # Between steps is the quiet moment to hand over: no call or approval is open.
-            # (Only after progress here, so a segment always moves the run forward.)
-            if (
-                self._context
-                and self._verified_here
-                and self._run.hand_over_due(self._verified_here)
-            ):
+            # (Only after progress here, a verified step or at least a turn, so a segment
+            # always moves the run forward.)
+            progressed = self._verified_here or self._turns > self._turns_at_start
+            if self._context and progressed and self._run.hand_over_due(self._verified_here):
                 self._index, self._feedback = index, feedback
                 await self._run.hand_over({}, agent=self._carry())
             if index == len(self.plan):
@@ -601,8 +600,9 @@ class AgentLoop:
         if len(self._notes) <= COMPACT_AT:
             return
         entries = self._notes[:-KEEP_RECENT]
+        await self._run.checkpoint("model")  # a pause or an exhausted budget holds here
         try:
-            result: CompactResult = await self._activity(
+            result: CompactResult = await workflow.execute_activity_method(
                 ModelActivities.compact,
                 CompactRequest(
                     run_id=self._inp.run_id,
@@ -612,11 +612,14 @@ class AgentLoop:
                     entries=entries,
                     max_chars=SUMMARY_CHARS,
                 ),
+                start_to_close_timeout=MODEL_TIMEOUT,
+                retry_policy=retry_policy(None),
                 summary=f"compact {len(entries)} steps",
             )
-        except StepFailed as exc:
+        except ActivityError as exc:
             # A summary is a convenience: without one, keep the newest text that fits.
-            workflow.logger.warning("compaction failed, summary cut instead: %s", exc)
+            message, _ = failure_of(exc)
+            workflow.logger.warning("compaction failed, summary cut instead: %s", message)
             summary = ""
         else:
             self._count(result.usage)

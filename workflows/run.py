@@ -73,6 +73,8 @@ PREVIEW_CHARS = 200
 AGENT_STEPS_KEPT = 100  # an agent's latest tool calls carried across continue-as-new
 LISTED_OUTPUT_CHARS = 2000  # of one step's output in status; the `step` query has it all
 STATUS_OUTPUT_CHARS = 500_000  # of all outputs in status together
+AUDIT_DETAIL_CHARS = 1000  # of one audit entry's detail
+APPROVAL_SUMMARY_CHARS = 2000
 STATUS_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunStatus")
 LABELS_ATTRIBUTE = SearchAttributeKey.for_keyword_list("LongrunLabels")
 
@@ -152,12 +154,13 @@ class RunWorkflow:
                 )
                 for a in self._undecided.values()
             ],
-            approvals=list(self._approvals.values()),
+            # Decided approvals without their arguments: those are in history and audit.
+            approvals=[_decided(a) for a in self._approvals.values()],
             # A copy: a query must not change the state it reports.
             usage=self._usage.model_copy(update={"duration_s": self._elapsed_s()}),
             labels=self._inp.labels,
             result={k: _shown(v, limit) for k, v in self._result.items()}
-            if isinstance(self._result, dict)
+            if self._agent is None and self._status == "completed" and self._result
             else self._result,
             error=self._error,
             budget=self._budget_view(),
@@ -302,6 +305,11 @@ class RunWorkflow:
         self.record("longrun", "continued as new", f"segment {self._segment + 1}")
         steps = list(self._steps.values())
         dropped = self._steps_dropped
+        if self._inp.plan is not None:
+            # Outputs later steps refer to, and the result's, travel whole; the rest are
+            # in history already and travel as previews.
+            needed = self._needed_outputs(self._inp.plan)
+            steps = [s if s.id in needed else _listed(s) for s in steps]
         if agent is not None:
             # An agent's tool calls are referenced by nobody later: the recent ones travel,
             # big outputs previewed, the rest are counted.
@@ -309,10 +317,7 @@ class RunWorkflow:
             steps = [_listed(s) for s in steps[-AGENT_STEPS_KEPT:]]
         # A decided approval's arguments are in history already; its record travels on so
         # that approval ids stay unique.
-        approvals = [
-            a if a.decision is None else a.model_copy(update={"arguments": None})
-            for a in self._approvals.values()
-        ]
+        approvals = [_decided(a) for a in self._approvals.values()]
         carry = RunCarry(
             segment=self._segment + 1,
             started=self._started,
@@ -328,6 +333,16 @@ class RunWorkflow:
             agent=agent,
         )
         workflow.continue_as_new(self._inp.model_copy(update={"carry": carry}))
+
+    def _needed_outputs(self, plan: Plan) -> set[str]:
+        """Steps whose outputs are still needed: referenced by a step yet to end, or part
+        of the result (no step depends on them)."""
+        depended_on = {d for s in plan.steps for d in (s.depends_on or [])}
+        needed = {s.id for s in plan.steps if s.id not in depended_on}
+        for step in plan.steps:
+            if self._steps[step.id].status in ("pending", "running", "waiting_approval"):
+                needed |= plans.referenced_steps(step)
+        return needed
 
     # --- compensation ---------------------------------------------------------------------
 
@@ -396,6 +411,8 @@ class RunWorkflow:
 
     def record(self, actor: str, action: str, detail: str | None = None) -> None:
         """Add a decision to the audit trail."""
+        if detail is not None:
+            detail = _cut(detail, AUDIT_DETAIL_CHARS)
         self._audit.append(AuditEntry(at=workflow.now(), actor=actor, action=action, detail=detail))
 
     def _elapsed_s(self) -> float:
@@ -510,7 +527,7 @@ class RunWorkflow:
             for state in self._steps.values():
                 if state.status == "pending":
                     state.status = "cancelled"
-                    state.error = f"not started: {reason}"
+                    state.error = f"not started: {reason[:200]}"
             raise
 
     async def _run_step(self, step: Step) -> None:
@@ -650,7 +667,7 @@ class RunWorkflow:
         record = ApprovalRecord(
             approval_id=approval_id,
             step_id=step_id,
-            summary=summary,
+            summary=_cut(summary, APPROVAL_SUMMARY_CHARS),
             requested_at=workflow.now(),
             kind=kind,
             arguments=arguments,
@@ -815,6 +832,17 @@ def _shown(value: Any, limit: int) -> Any:
     if len(text) <= limit:
         return value
     return {"truncated": True, "chars": len(text), "preview": text[:PREVIEW_CHARS]}
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _decided(record: ApprovalRecord) -> ApprovalRecord:
+    """An approval record to keep showing and carrying: once decided, without arguments."""
+    if record.decision is None or record.arguments is None:
+        return record
+    return record.model_copy(update={"arguments": None})
 
 
 def _listed(state: StepState, limit: int = LISTED_OUTPUT_CHARS) -> StepState:

@@ -45,6 +45,7 @@ from longrun.contracts import (
     FINAL_RUN_STATUSES,
     LABEL_KEY_PATTERN,
     LABEL_VALUE_PATTERN,
+    RUN_ID_PATTERN,
     AgentSpec,
     ApprovalDecision,
     AuditTrail,
@@ -75,7 +76,7 @@ from workflows import LABELS_ATTRIBUTE, STATUS_ATTRIBUTE, RunWorkflow
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
-RUN_ID = re.compile(r"^run-[0-9a-f]{32}$")
+RUN_ID = re.compile(RUN_ID_PATTERN)
 IDEMPOTENCY_NAMESPACE = uuid.UUID("6c0f8a3e-4a51-4d0c-9a8e-2f1b7f3d5e11")
 # Longer than a worker's sticky-queue timeout (10 s), so the first query after a worker dies
 # is answered by another worker instead of timing out.
