@@ -23,6 +23,7 @@ from workflows.common import (
     MODEL_TIMEOUT,
     TOOL_HEARTBEAT_TIMEOUT,
     StepFailed,
+    cut,
     failure_of,
     preview,
     retry_policy,
@@ -163,10 +164,10 @@ class AgentLoop:
         plan = [item.model_copy() for item in self.plan]
         at = self.plan.index(self._current) if self._current in self.plan else self._index
         for item in plan[: max(0, at - PLAN_WINDOW)]:
-            item.intent = _cut(item.intent, CARRIED_SUMMARY_CHARS)
+            item.intent = cut(item.intent, CARRIED_SUMMARY_CHARS)
             item.expected_evidence = ""
             if item.summary:
-                item.summary = _cut(item.summary, CARRIED_SUMMARY_CHARS)
+                item.summary = cut(item.summary, CARRIED_SUMMARY_CHARS)
             item.verification = None
             item.guidance = []
         return plan
@@ -680,10 +681,6 @@ class AgentLoop:
         except ActivityError as exc:
             message, _ = failure_of(exc)
             raise StepFailed(f"{summary} failed: {message}") from None
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _duplicate_ids(plan: AgentPlan | None) -> str | None:

@@ -42,10 +42,16 @@ def retry_policy(spec: RetrySpec | None) -> RetryPolicy:
     )
 
 
+def cut(text: str, limit: int) -> str:
+    """`text`, or its first `limit` characters and an ellipsis."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def preview(value: Any) -> str:
     """A short one-line rendering of a value, for summaries."""
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
+    return cut(
+        value if isinstance(value, str) else json.dumps(value, sort_keys=True), PREVIEW_CHARS
+    )
 
 
 def failure_of(exc: ActivityError) -> tuple[str, int]:

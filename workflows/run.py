@@ -23,6 +23,7 @@ from workflows.common import (
     TOOL_TIMEOUT,
     TOOL_TIMEOUT_MARGIN,
     StepFailed,
+    cut,
     failure_of,
     preview,
     retry_policy,
@@ -412,7 +413,7 @@ class RunWorkflow:
     def record(self, actor: str, action: str, detail: str | None = None) -> None:
         """Add a decision to the audit trail."""
         if detail is not None:
-            detail = _cut(detail, AUDIT_DETAIL_CHARS)
+            detail = cut(detail, AUDIT_DETAIL_CHARS)
         self._audit.append(AuditEntry(at=workflow.now(), actor=actor, action=action, detail=detail))
 
     def _elapsed_s(self) -> float:
@@ -667,7 +668,7 @@ class RunWorkflow:
         record = ApprovalRecord(
             approval_id=approval_id,
             step_id=step_id,
-            summary=_cut(summary, APPROVAL_SUMMARY_CHARS),
+            summary=cut(summary, APPROVAL_SUMMARY_CHARS),
             requested_at=workflow.now(),
             kind=kind,
             arguments=arguments,
@@ -832,10 +833,6 @@ def _shown(value: Any, limit: int) -> Any:
     if len(text) <= limit:
         return value
     return {"truncated": True, "chars": len(text), "preview": text[:PREVIEW_CHARS]}
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _decided(record: ApprovalRecord) -> ApprovalRecord:
