@@ -135,11 +135,12 @@ class AgentLoop:
         self._summary = ""  # rolling summary of progress older than self._notes
         self._context = False  # set once the run knows it assembles prompts from briefs
         self._verified_here = 0  # plan steps verified in this history segment
-        self._index = 0
-        self._feedback: str | None = None
-        self._resumed = inp.carry is not None and inp.carry.agent is not None
-        if inp.carry is not None and inp.carry.agent is not None:
-            self._restore(inp.carry.agent)
+        self._index = 0  # the plan step the loop is on
+        self._feedback: str | None = None  # for the step's next attempt
+        carried = inp.carry.agent if inp.carry is not None else None
+        self._resumed = carried is not None
+        if carried is not None:
+            self._restore(carried)
         self._turns_at_start = self._turns
 
     def _restore(self, carry: AgentCarry) -> None:
@@ -162,8 +163,7 @@ class AgentLoop:
         summary and no verification (the journal has both), so it stays small to carry
         and to show however long the plan."""
         plan = [item.model_copy() for item in self.plan]
-        at = self.plan.index(self._current) if self._current in self.plan else self._index
-        for item in plan[: max(0, at - PLAN_WINDOW)]:
+        for item in plan[: max(0, self._index - PLAN_WINDOW)]:
             item.intent = cut(item.intent, CARRIED_SUMMARY_CHARS)
             item.expected_evidence = ""
             if item.summary:
@@ -226,17 +226,14 @@ class AgentLoop:
         self._context = workflow.patched(CONTEXT_PATCH)
         if not self._resumed:
             self.plan = await self._make_plan(context=None)
-        index = self._index
-        feedback = self._feedback
         while True:
             # Between steps is the quiet moment to hand over: no call or approval is open.
             # (Only after progress here, a verified step or at least a turn, so a segment
             # always moves the run forward.)
             progressed = self._verified_here or self._turns > self._turns_at_start
             if self._context and progressed and self._run.hand_over_due(self._verified_here):
-                self._index, self._feedback = index, feedback
                 await self._run.hand_over({}, agent=self._carry())
-            if index == len(self.plan):
+            if self._index == len(self.plan):
                 # The plan is done, which claims the goal is met: prove it.
                 failures = await self._check_acceptance()
                 if not failures:
@@ -250,11 +247,11 @@ class AgentLoop:
                     )
                 )
                 continue
-            item = self._current = self.plan[index]
+            item = self._current = self.plan[self._index]
             item.status = "running"
-            if await self._act(item, feedback):
+            if await self._act(item, self._feedback):
                 item.status = "completed"
-                for later in self.plan[index + 1 :]:
+                for later in self.plan[self._index + 1 :]:
                     later.status = "skipped"
                 return self._result()
             verdict = await self._verify_step(item)
@@ -267,11 +264,11 @@ class AgentLoop:
                     await self._compact_if_due()
                 elif workflow.patched(MEMORY_PATCH):
                     await self._keep(item.id, "summary", f"{item.intent}: {item.summary}")
-                index += 1
-                feedback = None
+                self._index += 1
+                self._feedback = None
                 continue
             item.attempts += 1
-            feedback = f"Verification of this step failed: {verdict.evidence[:2000]}"
+            self._feedback = f"Verification of this step failed: {verdict.evidence[:2000]}"
             if item.attempts < self._spec.max_verify_attempts:
                 continue
             if self.replans < self._spec.max_replans:
@@ -281,11 +278,11 @@ class AgentLoop:
                 fresh = await self._make_plan(context=context)
                 for new in fresh:
                     new.id = f"r{self.replans}-{new.id}"[:64]
-                self.plan[index + 1 :] = fresh
-                index += 1
-                feedback = None
+                self.plan[self._index + 1 :] = fresh
+                self._index += 1
+                self._feedback = None
                 continue
-            feedback = await self._ask_for_help(item, verdict.evidence)
+            self._feedback = await self._ask_for_help(item, verdict.evidence)
             item.attempts = 0
             item.status = "running"
 
@@ -603,7 +600,7 @@ class AgentLoop:
         entries = self._notes[:-KEEP_RECENT]
         await self._run.checkpoint("model")  # a pause or an exhausted budget holds here
         try:
-            result: CompactResult = await workflow.execute_activity_method(
+            result: CompactResult = await self._execute(
                 ModelActivities.compact,
                 CompactRequest(
                     run_id=self._inp.run_id,
@@ -613,8 +610,6 @@ class AgentLoop:
                     entries=entries,
                     max_chars=SUMMARY_CHARS,
                 ),
-                start_to_close_timeout=MODEL_TIMEOUT,
-                retry_policy=retry_policy(None),
                 summary=f"compact {len(entries)} steps",
             )
         except ActivityError as exc:
@@ -669,18 +664,24 @@ class AgentLoop:
         """Run a model or verify activity; a failure that retries cannot fix fails the run."""
         await self._run.checkpoint(kind)
         try:
-            return await workflow.execute_activity_method(
-                method,
-                arg,
-                start_to_close_timeout=limit,
-                # Checks may run tools, which heartbeat; model calls do not.
-                heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT if limit is VERIFY_TIMEOUT else None,
-                retry_policy=retry_policy(None),
-                summary=summary,
-            )
+            return await self._execute(method, arg, summary=summary, limit=limit)
         except ActivityError as exc:
             message, _ = failure_of(exc)
             raise StepFailed(f"{summary} failed: {message}") from None
+
+    async def _execute(
+        self, method: Any, arg: Any, *, summary: str, limit: timedelta = MODEL_TIMEOUT
+    ) -> Any:
+        """Run an activity with the loop's timeouts and retries (after `checkpoint`)."""
+        return await workflow.execute_activity_method(
+            method,
+            arg,
+            start_to_close_timeout=limit,
+            # Checks may run tools, which heartbeat; model calls do not.
+            heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT if limit is VERIFY_TIMEOUT else None,
+            retry_policy=retry_policy(None),
+            summary=summary,
+        )
 
 
 def _duplicate_ids(plan: AgentPlan | None) -> str | None:
