@@ -1,5 +1,6 @@
 """Deterministic orchestration: the workflows a longrun worker hosts."""
 
-from workflows.run import LABELS_ATTRIBUTE, STATUS_ATTRIBUTE, RunWorkflow
+from workflows.run import RunWorkflow
+from workflows.status import LABELS_ATTRIBUTE, STATUS_ATTRIBUTE
 
 __all__ = ["LABELS_ATTRIBUTE", "STATUS_ATTRIBUTE", "RunWorkflow"]

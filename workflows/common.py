@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -18,8 +19,13 @@ TOOL_TIMEOUT = timedelta(minutes=10)
 TOOL_TIMEOUT_MARGIN = timedelta(seconds=30)
 TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 MODEL_TIMEOUT = timedelta(minutes=5)
+VERIFY_TIMEOUT = timedelta(minutes=10)
+MEMORY_TIMEOUT = timedelta(seconds=30)
 MAX_RETRY_INTERVAL = timedelta(minutes=1)
 PREVIEW_CHARS = 500
+
+# The run's parts read time through a clock: `workflow.now` in a run, a fake one in tests.
+Clock = Callable[[], datetime]
 
 
 class StepFailed(Exception):

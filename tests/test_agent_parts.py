@@ -1,0 +1,146 @@
+"""The agent loop's parts that make no Temporal calls, in plain pytest: its state, what a
+hand-over carries of it, and the text it sends models."""
+
+from __future__ import annotations
+
+import json
+
+from longrun.contracts import (
+    ActResult,
+    AgentSpec,
+    Criterion,
+    ModelUsage,
+    PlanItem,
+    RunState,
+    ToolCallRequest,
+)
+from workflows.agent import briefs
+from workflows.agent.state import CARRIED_SUMMARY_CHARS, AgentState
+
+
+def _spec() -> AgentSpec:
+    return AgentSpec(
+        acceptance=[
+            Criterion.model_validate(
+                {
+                    "id": "file",
+                    "check": {
+                        "tool": "read_file",
+                        "args": {"path": "a"},
+                        "expect": {"contains": "x"},
+                    },
+                }
+            ),
+            Criterion.model_validate({"id": "tone", "check": {"judge": "it reads well"}}),
+        ],
+        tools=["read_file"],
+        planner_model="m",
+        actor_model="m",
+        judge_model="m",
+    )
+
+
+def _state(steps: int = 20, at: int = 12) -> tuple[AgentState, list[int]]:
+    changes: list[int] = []
+    state = AgentState(_spec(), lambda: changes.append(1))
+    state.plan = [
+        PlanItem(
+            id=f"s{n}",
+            intent="i" * 300,
+            expected_evidence="evidence",
+            status="completed" if n < at else "pending",
+            summary="s" * 300 if n < at else None,
+            verification="checked" if n < at else None,
+        )
+        for n in range(steps)
+    ]
+    state.index = at
+    state.current = state.plan[min(at, steps - 1)]
+    return state, changes
+
+
+def test_a_new_state_knows_its_criteria_kinds() -> None:
+    state, _ = _state()
+    assert [(c.id, c.kind, c.status) for c in state.acceptance] == [
+        ("file", "tool", "pending"),
+        ("tone", "judge", "pending"),
+    ]
+
+
+def test_carry_keeps_far_behind_steps_short_and_restores_where_the_loop_stood() -> None:
+    state, changes = _state()
+    state.turns, state.tool_calls, state.replans = 30, 12, 1
+    state.notes, state.summary, state.feedback = ["s11: done"], "older work", "try again"
+    carry = state.carry()
+    far, near = carry.plan[0], carry.plan[state.index - 1]
+    assert len(far.intent) == CARRIED_SUMMARY_CHARS + 1 and far.verification is None
+    assert far.expected_evidence == "" and far.summary is not None
+    assert near.intent == "i" * 300 and near.verification == "checked"
+    assert state.plan[0].intent == "i" * 300  # the loop's own plan is left whole
+
+    restored = AgentState(_spec(), lambda: None)
+    restored.restore(carry)
+    assert (restored.index, restored.turns, restored.tool_calls) == (12, 30, 12)
+    assert (restored.notes, restored.summary, restored.feedback) == (
+        ["s11: done"],
+        "older work",
+        "try again",
+    )
+    assert restored.phase == "acting" and restored.current is restored.plan[12]
+    state.enter("verifying")
+    assert changes == [1]
+
+
+def test_a_restored_loop_past_its_last_step_keeps_that_step_as_its_claim() -> None:
+    state, _ = _state(steps=3, at=3)
+    state.plan[2].summary = "all done"
+    restored = AgentState(_spec(), lambda: None)
+    restored.restore(state.carry())
+    assert restored.result()["summary"] == "all done"
+
+
+def test_status_and_progress_show_the_step_and_the_last_check() -> None:
+    state, _ = _state(steps=3, at=1)
+    state.last_check = "s0: passed"
+    answer = RunState(run_id="r", goal="g")
+    state.describe(answer)
+    assert answer.phase == "planning" and len(answer.plan) == 3
+    assert state.progress() == "planning, step 2 of 3 (s1)\nlast verification: s0: passed"
+
+
+def test_closing_settles_open_steps() -> None:
+    state, _ = _state(steps=3, at=1)
+    state.plan[1].status = "running"
+    state.close(failed=True)
+    assert [p.status for p in state.plan] == ["completed", "failed", "cancelled"]
+
+
+def test_the_brief_shows_the_plan_around_the_step_and_counts_the_rest() -> None:
+    state, _ = _state(steps=30, at=15)
+    window = briefs.plan_window(state.plan, state.plan[15])
+    assert window[0] == "... 10 earlier steps (10 completed)"
+    assert window[-1] == "... 9 more steps"
+    assert len(window) == 2 + 2 * briefs.PLAN_WINDOW + 1
+    brief = briefs.brief("g", _spec().acceptance, state.plan, "sum", [], state.plan[15], None, 9000)
+    assert brief.criteria[1] == "tone: it reads well"
+    assert brief.step.startswith("s15: ") and brief.token_budget == 9000
+
+
+def test_resent_turns_cut_long_arguments() -> None:
+    long_args = json.dumps({"path": "a", "content": "x" * 10_000})
+    result = ActResult(
+        tool_calls=[ToolCallRequest(id="c1", name="write_file", arguments=long_args)],
+        usage=ModelUsage(model="m"),
+    )
+    sent = briefs.assistant_message(result)["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(sent)["cut"] == f"{len(long_args)} characters"
+    assert len(sent) < briefs.ECHOED_ARGUMENT_CHARS + 100
+
+
+def test_finish_summaries_and_named_secrets() -> None:
+    finish = ToolCallRequest(id="f", name="finish", arguments='{"summary": "done it"}')
+    assert briefs.finish_summary(finish) == "done it"
+    garbled = ToolCallRequest(id="f", name="finish", arguments="{not json")
+    assert briefs.finish_summary(garbled) == "{not json"
+    assert briefs.names_a_secret({"headers": [{"secret": "TOKEN"}]})
+    assert not briefs.names_a_secret({"secret": "TOKEN", "other": 1})

@@ -1,0 +1,81 @@
+"""The house rules of the code's layout: imports run one way and nothing imports in a
+circle, type-checking imports included."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+PACKAGES = ("longrun", "api", "workflows", "activities")
+
+
+def _modules() -> dict[str, Path]:
+    found = {"worker": ROOT / "worker.py"}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """Application modules `path` imports, anywhere in it; `from pkg import sub` counts as
+    importing `pkg.sub` when that is a module."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                names.add(sub if sub in modules else node.module)
+    return {n for n in names if n in modules}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(path, modules) - {name} for name, path in modules.items()}
+
+
+def test_no_import_cycles() -> None:
+    graph = _graph()
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                cycles.append([*path[path.index(dep) :], dep])
+            elif dep not in state:
+                visit(dep)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert cycles == []
+
+
+def test_imports_run_one_way() -> None:
+    graph = _graph()
+
+    def layer(module: str) -> str:
+        return module.split(".")[0]
+
+    wrong = []
+    for module, deps in graph.items():
+        for dep in deps:
+            if layer(dep) == "api" and layer(module) != "api":
+                wrong.append(f"{module} -> {dep}: nothing imports api")
+            if layer(dep) == "workflows" and layer(module) not in ("workflows", "api", "worker"):
+                wrong.append(f"{module} -> {dep}: only api and the worker use workflows")
+            dev = dep == "longrun.dev" or dep.startswith("longrun.dev.")
+            if dev and layer(module) in ("workflows", "activities", "api"):
+                wrong.append(f"{module} -> {dep}: local tooling stays out of the service")
+    assert wrong == []

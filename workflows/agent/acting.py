@@ -1,0 +1,189 @@
+"""The agent's turns on one step: the model acts, its tool calls run as the run's steps
+(refused, gated, budgeted and recorded like any other), until it says the step is done."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+from workflows.agent import briefs
+from workflows.agent.briefs import MAX_ARGUMENT_CHARS
+from workflows.agent.checks import Checker
+from workflows.agent.memory import Memory
+from workflows.agent.state import AgentState
+from workflows.common import StepFailed, failure_of, preview
+from workflows.parts import RunParts
+
+with workflow.unsafe.imports_passed_through():
+    # Safe to pass through: a method reference, pure prompt text, pydantic models, and the
+    # tool registry (read for argument schemas and side-effect classes only).
+    from activities.model import ModelActivities
+    from activities.tools import REGISTRY
+    from longrun import prompts
+    from longrun.contracts import ActRequest, ActResult, AgentSpec, PlanItem, ToolCallRequest
+
+# Runs started before the journal existed replay without its activities.
+MEMORY_PATCH = "agent-memory"
+TOOL_RESULT_CHARS = 32_000  # of a tool result in history (its big fields are references)
+OBSERVATION_CHARS = 1500
+
+
+class Actor:
+    """Works on one plan step at a time through `model.act` and the allowed tools."""
+
+    def __init__(
+        self,
+        parts: RunParts,
+        spec: AgentSpec,
+        state: AgentState,
+        checker: Checker,
+        memory: Memory,
+    ) -> None:
+        self._parts = parts
+        self._spec = spec
+        self._state = state
+        self._checker = checker
+        self._memory = memory
+        self._offered = [briefs.tool_schema(name) for name in spec.tools] + [prompts.FINISH_TOOL]
+
+    async def act(self, item: PlanItem, feedback: str | None) -> bool:
+        """Work on one step until the model says it is done; True if `finish` was proven."""
+        state, inp = self._state, self._parts.inp
+        state.enter("acting")
+        brief = None
+        messages: list[dict[str, Any]] = []
+        if state.context:
+            # model.act puts the prompt together; history carries the brief and this
+            # step's turns only.
+            brief = briefs.brief(
+                inp.goal,
+                self._spec.acceptance,
+                state.plan,
+                state.summary,
+                state.notes,
+                item,
+                feedback,
+                inp.config.prompt_token_budget,
+            )
+        else:
+            text = briefs.brief_text(
+                inp.goal, self._spec.acceptance, state.plan, state.notes, item, feedback
+            )
+            if workflow.patched(MEMORY_PATCH):
+                recalled = await self._memory.recall(f"{item.intent} {item.expected_evidence}")
+                if recalled:
+                    text += "\n\nNotes from the journal that may matter here:\n" + (
+                        prompts.bullet(recalled)
+                    )
+            messages = [
+                {"role": "system", "content": prompts.ACTOR},
+                {"role": "user", "content": text},
+            ]
+        state.observations = []
+        for _ in range(self._spec.max_turns_per_step):
+            if state.turns >= self._spec.max_steps:
+                raise StepFailed(
+                    f"max_steps ({self._spec.max_steps}) used up before the goal was verifiably met"
+                )
+            state.turns += 1
+            result: ActResult = await self._parts.calls.checked(
+                ModelActivities.act,
+                ActRequest(
+                    run_id=inp.run_id,
+                    step_id=item.id,
+                    model=self._spec.actor_model,
+                    messages=messages,
+                    tools=self._offered,
+                    brief=brief,
+                ),
+                summary=f"act: {item.id} (turn {state.turns})",
+            )
+            self._parts.ledger.count(result.usage)
+            messages.append(briefs.assistant_message(result))
+            if not result.tool_calls:
+                item.summary = (result.content or "").strip()[:1000] or "(no summary)"
+                return False
+            for call in result.tool_calls:
+                if call.name == "finish":
+                    item.summary = briefs.finish_summary(call)
+                    failures = await self._checker.acceptance()
+                    if not failures:
+                        return True
+                    state.premature_completions += 1
+                    state.enter("acting")
+                    reply = f"Not finished: these acceptance criteria fail:\n{failures}"
+                else:
+                    reply = await self._call_tool(item, call)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": reply})
+        item.summary = f"stopped after {self._spec.max_turns_per_step} turns without a summary"
+        return False
+
+    async def _call_tool(self, item: PlanItem, call: ToolCallRequest) -> str:
+        """Run one tool call the model asked for; the answer is what the model is told."""
+        p = self._parts
+        self._state.tool_calls += 1
+        step_id = f"{item.id}-t{self._state.tool_calls}"
+        policy = p.inp.config.policy
+        if call.name not in self._spec.tools or not policy.allows(call.name):
+            state = p.steps.add(step_id, "tool")
+            refusal = (
+                f"refused: '{call.name}' is not in this run's tools"
+                if policy.allows(call.name)
+                else f"refused: '{call.name}' is forbidden by the server's policy"
+            )
+            p.steps.settle(state, "skipped", error=refusal)
+            p.audit.record("longrun", "refused", f"{step_id}: {refusal}")
+            allowed = ", ".join(self._spec.tools) or "(none)"
+            return (
+                f"Refused ({refusal}): the tool is not allowed in this run, so nothing ran. "
+                f"Allowed tools: {allowed}."
+            )
+        spec = REGISTRY[call.name]
+        try:
+            if len(call.arguments) > MAX_ARGUMENT_CHARS:
+                raise ValueError(f"longer than {MAX_ARGUMENT_CHARS} characters")
+            args = json.loads(call.arguments or "{}")
+            if not isinstance(args, dict):
+                raise ValueError("not an object")
+            if briefs.names_a_secret(args):
+                raise ValueError("secrets are for plan steps written by people, not for agents")
+            parsed = spec.args_model.model_validate(args)
+        except (ValueError, ValidationError, RecursionError) as exc:
+            return f"Invalid arguments for {call.name}, nothing ran: {str(exc)[:2000]}"
+
+        state = p.steps.add(step_id, "tool")
+        if policy.needs_approval(call.name, args, spec.side_effect_of(parsed)):
+            why = policy.binding_approval(call.name, args)
+            ask = p.approvals.ask(
+                step_id,
+                f"agent step '{item.id}' wants to run {call.name} {preview(args)}"
+                + (f" ({why})" if why else ""),
+                arguments={"tool": call.name, "args": args},
+            )
+            record = await p.approvals.decision(ask)
+            if record.decision == "reject":
+                p.steps.settle(state, "skipped", error=f"rejected by {record.decided_by}")
+                comment = f": {record.comment}" if record.comment else ""
+                return f"A person rejected this call{comment}. Find another way."
+        await p.ledger.checkpoint("tool")
+        p.steps.start(state)
+        try:
+            result = await p.calls.tool(step_id, call.name, args)
+        except ActivityError as exc:
+            message, attempts = failure_of(exc)
+            state.attempts = attempts
+            p.steps.settle(state, "failed", error=message)
+            self._state.observe(f"{call.name} {preview(args)} failed: {message}")
+            return f"The tool failed: {message}"
+        state.attempts = result.attempt
+        p.undo.remember(step_id, call.name, args, result.output)
+        p.steps.settle(state, "completed", output=result.output)
+        text = json.dumps(result.output)
+        self._state.observe(f"{call.name} {preview(args)} -> {text[:OBSERVATION_CHARS]}")
+        # Big fields are artifact references here; model.act reads them back in, within
+        # its own limit, so history keeps only the references.
+        return text if len(text) <= TOOL_RESULT_CHARS else text[:TOOL_RESULT_CHARS] + "…"

@@ -1,0 +1,166 @@
+"""What the agent loop tells models, as text: criteria, tool schemas, the plan around a
+step, a step's brief, and the turns a step's conversation resends."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from temporalio import workflow
+
+from workflows.common import preview
+
+with workflow.unsafe.imports_passed_through():
+    # Safe to pass through: pure prompt text, pydantic models, and the tool registry (read
+    # for argument schemas only).
+    from activities.tools import REGISTRY
+    from longrun import prompts
+    from longrun.contracts import (
+        ActResult,
+        AgentPlan,
+        Brief,
+        Criterion,
+        PlanItem,
+        ToolCallRequest,
+        ToolCheck,
+    )
+
+MAX_ARGUMENT_CHARS = 200_000
+ECHOED_ARGUMENT_CHARS = 2000  # of a tool call's arguments, in the step's later turns
+NOTES_KEPT = 10
+PLAN_WINDOW = 5  # plan steps shown on each side of the current one
+
+
+def describe_criterion(criterion: Criterion) -> str:
+    """A criterion as a person (or a model) reads it."""
+    check = criterion.check
+    if isinstance(check, ToolCheck):
+        expect = check.expect.model_dump(exclude_none=True)
+        return f"{criterion.id}: {check.tool} {preview(check.args)} must give {preview(expect)}"
+    return f"{criterion.id}: {check.judge}"
+
+
+def tool_schema(name: str) -> dict[str, Any]:
+    """The OpenAI `tools` entry for a registered tool."""
+    spec = REGISTRY[name]
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": spec.description,
+            "parameters": spec.args_model.model_json_schema(),
+        },
+    }
+
+
+def plan_window(plan: list[PlanItem], item: PlanItem) -> list[str]:
+    """The plan around the current step; the rest is counted, so the brief stays the same
+    size however long the plan."""
+    at = plan.index(item) if item in plan else 0
+    start, end = max(0, at - PLAN_WINDOW), at + PLAN_WINDOW + 1
+    lines = [f"[{p.status}] {p.id}: {p.intent}" for p in plan[start:end]]
+    if start:
+        done = sum(1 for p in plan[:start] if p.status == "completed")
+        lines.insert(0, f"... {start} earlier steps ({done} completed)")
+    if end < len(plan):
+        lines.append(f"... {len(plan) - end} more steps")
+    return lines
+
+
+def brief_text(
+    goal: str,
+    criteria: list[Criterion],
+    plan: list[PlanItem],
+    notes: list[str],
+    item: PlanItem,
+    feedback: str | None,
+) -> str:
+    """A step's brief as one user message (runs started before briefs)."""
+    parts = [
+        f"Goal: {goal}",
+        "Acceptance criteria:\n" + prompts.bullet([describe_criterion(c) for c in criteria]),
+        f"Plan:\n{prompts.bullet(plan_window(plan, item))}",
+        f"Notes from finished steps:\n{prompts.bullet(notes[-NOTES_KEPT:])}",
+        f"Your step now: {item.id}: {item.intent}\nExpected evidence: {item.expected_evidence}",
+    ]
+    if item.guidance:  # kept for every later attempt at this step
+        parts.append("Guidance from people:\n" + prompts.bullet(item.guidance))
+    if feedback:
+        parts.append(feedback)
+    return "\n\n".join(parts)
+
+
+def brief(
+    goal: str,
+    criteria: list[Criterion],
+    plan: list[PlanItem],
+    summary: str,
+    notes: list[str],
+    item: PlanItem,
+    feedback: str | None,
+    token_budget: int,
+) -> Brief:
+    """What `model.act` assembles a step's prompt from."""
+    return Brief(
+        goal=goal,
+        criteria=[describe_criterion(c) for c in criteria],
+        plan=plan_window(plan, item),
+        summary=summary,
+        progress=notes,
+        step=f"{item.id}: {item.intent}\nExpected evidence: {item.expected_evidence}",
+        guidance=item.guidance,
+        feedback=feedback,
+        recall=f"{item.intent} {item.expected_evidence}",
+        token_budget=token_budget,
+    )
+
+
+def assistant_message(result: ActResult) -> dict[str, Any]:
+    """The model's turn as the step's later turns resend it. Long tool arguments (a file's
+    content) are cut to a preview there: they ran already, and resending them on every
+    turn would grow the step's history with the square of its turns."""
+    message: dict[str, Any] = {"role": "assistant", "content": result.content}
+    if result.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": _echoed(c.arguments)},
+            }
+            for c in result.tool_calls
+        ]
+    return message
+
+
+def _echoed(arguments: str) -> str:
+    if len(arguments) <= ECHOED_ARGUMENT_CHARS:
+        return arguments
+    cut = {"cut": f"{len(arguments)} characters", "start": arguments[:ECHOED_ARGUMENT_CHARS]}
+    return json.dumps(cut)
+
+
+def finish_summary(call: ToolCallRequest) -> str:
+    """The summary a `finish` call gives (its raw arguments when they are not JSON)."""
+    try:
+        args = json.loads(call.arguments[:MAX_ARGUMENT_CHARS] or "{}")
+    except (ValueError, RecursionError):
+        return call.arguments[:1000]
+    summary = args.get("summary") if isinstance(args, dict) else None
+    return str(summary or call.arguments)[:1000]
+
+
+def names_a_secret(value: Any) -> bool:
+    """Whether tool arguments name a secret anywhere (`{"secret": ...}`)."""
+    if isinstance(value, dict):
+        return set(value) == {"secret"} or any(names_a_secret(v) for v in value.values())
+    if isinstance(value, list):
+        return any(names_a_secret(v) for v in value)
+    return False
+
+
+def duplicate_ids(plan: AgentPlan | None) -> str | None:
+    """What is wrong with a plan whose step ids repeat, or None."""
+    if plan is None:
+        return None
+    ids = [s.id for s in plan.steps]
+    return None if len(set(ids)) == len(ids) else "step ids must be unique"

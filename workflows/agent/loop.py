@@ -1,0 +1,183 @@
+"""The agent loop of a goal-only run: plan, act, verify, replan, complete.
+
+All decisions are made here, deterministically; every model call, tool call and check is an
+activity. The loop refuses to call a run complete until every acceptance criterion passes.
+Each step's conversation starts fresh from a short brief (goal, criteria, the plan around
+the step, a rolling summary, the last finished steps); `model.act` adds the journal's notes
+relevant to the step and keeps the prompt within a token budget (longrun.context). Older
+progress is folded into the summary by `context.compact`, and the loop continues as new
+between steps, so neither prompts nor history grow with the length of the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+from workflows.agent import briefs
+from workflows.agent.acting import MEMORY_PATCH, Actor
+from workflows.agent.checks import Checker
+from workflows.agent.memory import Memory
+from workflows.agent.state import AgentState
+from workflows.common import StepFailed
+from workflows.handover import HandOver
+from workflows.parts import RunParts
+
+with workflow.unsafe.imports_passed_through():
+    # Safe to pass through: a method reference, pure prompt text and pydantic models.
+    from activities.model import ModelActivities
+    from longrun import prompts
+    from longrun.contracts import AgentSpec, PlanAttempt, PlanItem, PlanRequest
+
+# Runs started before briefs, compaction and continue-as-new replay the way they ran.
+CONTEXT_PATCH = "agent-context"
+
+
+class AgentLoop:
+    """Drives a model through a goal until its acceptance criteria verifiably pass."""
+
+    def __init__(self, parts: RunParts, handover: HandOver, spec: AgentSpec) -> None:
+        self._parts = parts
+        self._handover = handover
+        self._spec = spec
+        self.state = AgentState(spec, parts.refresh)
+        carried = parts.inp.carry.agent if parts.inp.carry is not None else None
+        self._resumed = carried is not None
+        if carried is not None:
+            self.state.restore(carried)
+        self._turns_at_start = self.state.turns
+        self._verified_here = 0  # plan steps verified in this history segment
+        self._checker = Checker(parts, spec, self.state)
+        self._memory = Memory(parts, spec, self.state)
+        self._actor = Actor(parts, spec, self.state, self._checker, self._memory)
+
+    async def run(self) -> dict[str, Any]:
+        """Plan, then work through the plan until the goal is verifiably met."""
+        s = self.state
+        s.context = workflow.patched(CONTEXT_PATCH)
+        if not self._resumed:
+            s.plan = await self._make_plan(context=None)
+        while True:
+            # Between steps is the quiet moment to hand over: no call or approval is open.
+            # (Only after progress here, a verified step or at least a turn, so a segment
+            # always moves the run forward.)
+            progressed = self._verified_here or s.turns > self._turns_at_start
+            if s.context and progressed and self._handover.due(self._verified_here):
+                await self._handover.hand_over({}, agent=s.carry())
+            if s.index == len(s.plan):
+                # The plan is done, which claims the goal is met: prove it.
+                failures = await self._checker.acceptance()
+                if not failures:
+                    return s.result()
+                s.premature_completions += 1
+                s.plan.append(
+                    PlanItem(
+                        id=f"fix-{s.premature_completions}",
+                        intent="Make the failing acceptance criteria pass",
+                        expected_evidence=failures[:2000],
+                    )
+                )
+                continue
+            item = s.current = s.plan[s.index]
+            item.status = "running"
+            if await self._actor.act(item, s.feedback):
+                item.status = "completed"
+                for later in s.plan[s.index + 1 :]:
+                    later.status = "skipped"
+                return s.result()
+            verdict = await self._checker.verify_step(item)
+            item.verification = verdict.evidence[:2000]
+            if verdict.passed:
+                item.status = "completed"
+                s.notes.append(f"{item.id}: {item.summary}")
+                self._verified_here += 1
+                if s.context:
+                    await self._memory.compact_if_due()
+                elif workflow.patched(MEMORY_PATCH):
+                    await self._memory.keep(item.id, "summary", f"{item.intent}: {item.summary}")
+                s.index += 1
+                s.feedback = None
+                continue
+            item.attempts += 1
+            s.feedback = f"Verification of this step failed: {verdict.evidence[:2000]}"
+            if item.attempts < self._spec.max_verify_attempts:
+                continue
+            if s.replans < self._spec.max_replans:
+                s.replans += 1
+                item.status = "failed"
+                fresh = await self._make_plan(context=self._replan_context(item, verdict.evidence))
+                for new in fresh:
+                    new.id = f"r{s.replans}-{new.id}"[:64]
+                s.plan[s.index + 1 :] = fresh
+                s.index += 1
+                s.feedback = None
+                continue
+            s.feedback = await self._ask_for_help(item, verdict.evidence)
+            item.attempts = 0
+            item.status = "running"
+
+    def _replan_context(self, item: PlanItem, why: str) -> str:
+        s = self.state
+        if s.context:  # bounded however many steps are done
+            done = [f"(summary) {s.summary}"] if s.summary else []
+            done += s.notes
+        else:
+            done = [f"{p.id}: {p.summary}" for p in s.plan if p.status == "completed"]
+        return (
+            f"Done so far:\n{prompts.bullet(done)}\n\n"
+            f"Step '{item.id}' ({item.intent}) failed verification "
+            f"{item.attempts} times: {why}\nPlan the remaining work differently."
+        )
+
+    async def _ask_for_help(self, item: PlanItem, why: str) -> str:
+        item.status = "waiting_approval"
+        approvals = self._parts.approvals
+        ask = approvals.ask(
+            item.id,
+            f"Needs help: step '{item.id}' ({item.intent}) keeps failing verification after "
+            f"{self.state.replans} replans: {why[:500]}. Approve with guidance in the comment "
+            "to continue, or reject to fail the run.",
+            kind="needs_help",
+        )
+        record = await approvals.decision(ask)
+        if record.decision == "reject":
+            reason = f": {record.comment}" if record.comment else ""
+            raise StepFailed(
+                f"step '{item.id}' kept failing verification and {record.decided_by} "
+                f"declined to help{reason}"
+            )
+        item.guidance.append(f"{record.decided_by}: {record.comment or '(no comment)'}")
+        return f"Last failure: {why[:2000]}"
+
+    async def _make_plan(self, context: str | None) -> list[PlanItem]:
+        self.state.enter("planning" if context is None else "replanning")
+        inp = self._parts.inp
+        error: str | None = None
+        for _ in range(self._spec.max_plan_attempts):
+            attempt: PlanAttempt = await self._parts.calls.checked(
+                ModelActivities.plan,
+                PlanRequest(
+                    run_id=inp.run_id,
+                    model=self._spec.planner_model,
+                    goal=inp.goal,
+                    criteria=[briefs.describe_criterion(c) for c in self._spec.acceptance],
+                    tools=self._spec.tools,
+                    context=context,
+                    previous_error=error,
+                ),
+                summary="plan" if context is None else f"replan {self.state.replans}",
+            )
+            self._parts.ledger.count(attempt.usage)
+            error = attempt.error or briefs.duplicate_ids(attempt.plan)
+            if error is None and attempt.plan is not None:
+                ids = ", ".join(s.id for s in attempt.plan.steps)
+                self._parts.audit.record("planner", "plan" if context is None else "replan", ids)
+                return [
+                    PlanItem(id=s.id, intent=s.intent, expected_evidence=s.expected_evidence)
+                    for s in attempt.plan.steps
+                ]
+        raise StepFailed(
+            f"the planner gave no valid plan in {self._spec.max_plan_attempts} attempts; "
+            f"last problem: {error}"
+        )

@@ -1,0 +1,143 @@
+"""Where a goal-only run's agent loop stands: its plan and position, the acceptance
+results, counters, progress notes and rolling summary; what status shows of it and what a
+hand-over carries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import workflow
+
+from workflows.agent.briefs import PLAN_WINDOW
+from workflows.common import cut
+
+with workflow.unsafe.imports_passed_through():
+    from longrun.contracts import (
+        AgentCarry,
+        AgentSpec,
+        CriterionState,
+        Phase,
+        PlanItem,
+        RunState,
+        ToolCheck,
+    )
+
+CARRIED_SUMMARY_CHARS = 100  # of a step's intent and summary far behind the current one
+OBSERVATIONS_KEPT = 8
+
+
+class AgentState:
+    """The agent loop's state; no Temporal calls, so it is plain to test."""
+
+    def __init__(self, spec: AgentSpec, on_change: Callable[[], None]) -> None:
+        self._on_change = on_change
+        self.plan: list[PlanItem] = []
+        self.phase: Phase = "planning"
+        self.acceptance = [
+            CriterionState(id=c.id, kind="tool" if isinstance(c.check, ToolCheck) else "judge")
+            for c in spec.acceptance
+        ]
+        self.replans = 0
+        self.premature_completions = 0
+        self.turns = 0
+        self.tool_calls = 0
+        self.notes: list[str] = []  # finished steps' summaries since the rolling summary
+        self.summary = ""  # rolling summary of progress older than the notes
+        self.observations: list[str] = []  # the current step's tool results, newest last
+        self.current: PlanItem | None = None
+        self.last_check: str | None = None
+        self.index = 0  # the plan step the loop is on
+        self.feedback: str | None = None  # for the step's next attempt
+        # Set once the run knows it is on the agent-context path: prompts assembled from
+        # briefs, notes journaled by verification, progress compacted, hand-overs.
+        self.context = False
+
+    def restore(self, carry: AgentCarry) -> None:
+        """Take over where the previous history segment stood."""
+        self.plan = carry.plan
+        self.index = carry.index
+        self.feedback = carry.feedback
+        self.acceptance = carry.acceptance
+        self.replans = carry.replans
+        self.premature_completions = carry.premature_completions
+        self.turns = carry.turns
+        self.tool_calls = carry.tool_calls
+        self.notes = carry.progress
+        self.summary = carry.summary
+        self.phase = "acting"
+        if self.plan:  # past the last step, the last one's summary is the run's claim
+            self.current = self.plan[min(self.index, len(self.plan) - 1)]
+
+    def carry(self) -> AgentCarry:
+        """The loop's state for the next history segment."""
+        return AgentCarry(
+            plan=self.compact_plan(),
+            index=self.index,
+            feedback=self.feedback,
+            acceptance=self.acceptance,
+            replans=self.replans,
+            premature_completions=self.premature_completions,
+            turns=self.turns,
+            tool_calls=self.tool_calls,
+            progress=self.notes,
+            summary=self.summary,
+        )
+
+    def compact_plan(self) -> list[PlanItem]:
+        """A copy of the plan in which steps far behind the current one keep a short
+        summary and no verification (the journal has both), so it stays small to carry
+        and to show however long the plan."""
+        plan = [item.model_copy() for item in self.plan]
+        for item in plan[: max(0, self.index - PLAN_WINDOW)]:
+            item.intent = cut(item.intent, CARRIED_SUMMARY_CHARS)
+            item.expected_evidence = ""
+            if item.summary:
+                item.summary = cut(item.summary, CARRIED_SUMMARY_CHARS)
+            item.verification = None
+            item.guidance = []
+        return plan
+
+    def enter(self, phase: Phase) -> None:
+        """Move to another phase of the loop."""
+        self.phase = phase
+        self._on_change()
+
+    def observe(self, line: str) -> None:
+        """Keep one of the current step's tool results for its verification."""
+        self.observations = [*self.observations[-(OBSERVATIONS_KEPT - 1) :], line]
+
+    def result(self) -> dict[str, Any]:
+        """The run's result: the last step's summary and the acceptance evidence."""
+        return {
+            "summary": self.current.summary if self.current else None,
+            "acceptance": {c.id: c.evidence for c in self.acceptance},
+        }
+
+    # --- what status shows --------------------------------------------------------------------
+
+    def describe(self, state: RunState) -> None:
+        """Add the agent's view to a status answer."""
+        state.phase = self.phase
+        state.plan = self.compact_plan()
+        state.acceptance = [c.model_copy() for c in self.acceptance]
+        state.replans = self.replans
+        state.premature_completions = self.premature_completions
+
+    def progress(self) -> str:
+        """One line for the Web UI's current details."""
+        line = f"{self.phase}"
+        if self.current is not None and self.current in self.plan:
+            k = self.plan.index(self.current) + 1
+            line += f", step {k} of {len(self.plan)} ({self.current.id})"
+        if self.last_check:
+            line += f"\nlast verification: {self.last_check}"
+        return line
+
+    def close(self, failed: bool) -> None:
+        """Settle plan steps left open when the run ends early."""
+        for item in self.plan:
+            if item.status == "pending":
+                item.status = "cancelled"
+            elif item.status in ("running", "waiting_approval"):
+                item.status = "failed" if failed else "cancelled"

@@ -1,0 +1,131 @@
+"""Approval gates: requests to a person, their decisions (the first one wins), and the
+waits of the steps that asked, which survive continue-as-new."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import workflow
+
+from workflows.audit import AuditLog
+from workflows.common import Clock, cut
+from workflows.steps import StepBook
+
+with workflow.unsafe.imports_passed_through():
+    from longrun.contracts import ApprovalDecision, ApprovalKind, ApprovalRecord, PendingApproval
+
+APPROVAL_SUMMARY_CHARS = 2000
+
+
+class Approvals:
+    """Every approval request of a run, decided or not."""
+
+    def __init__(
+        self, now: Clock, audit: AuditLog, steps: StepBook, on_change: Callable[[], None]
+    ) -> None:
+        self._now = now
+        self._audit = audit
+        self._steps = steps
+        self._on_change = on_change
+        self.records: dict[str, ApprovalRecord] = {}
+        # Kept up to date as requests come and go, so status costs O(what waits).
+        self.undecided: dict[str, ApprovalRecord] = {}
+        # Requests a step was waiting on when the last segment handed over, by step.
+        self._resumable: dict[str, ApprovalRecord] = {}
+
+    def restore(self, records: list[ApprovalRecord]) -> None:
+        """Take over an earlier segment's requests (after the steps): a step still waiting
+        waits on its request again."""
+        self.records = {a.approval_id: a for a in records}
+        self.undecided = {k: a for k, a in self.records.items() if a.decision is None}
+        for record in self.records.values():
+            step = self._steps.steps.get(record.step_id)
+            if step is not None and step.status == "waiting_approval":
+                self._resumable[record.step_id] = record
+
+    def ask(
+        self,
+        step_id: str,
+        summary: str,
+        kind: ApprovalKind = "approval",
+        arguments: Any = None,
+    ) -> ApprovalRecord:
+        """Open a request for a step (or take over the one it had before continue-as-new)
+        and mark the step waiting."""
+        record = self._resumable.pop(step_id, None)
+        if record is None:
+            record = self._open(step_id, summary, kind, arguments)
+        if step_id in self._steps.steps:
+            self._steps.steps[step_id].status = "waiting_approval"
+        self._on_change()
+        return record
+
+    def _open(
+        self, step_id: str, summary: str, kind: ApprovalKind, arguments: Any
+    ) -> ApprovalRecord:
+        approval_id = f"{'help' if kind == 'needs_help' else 'apr'}-{step_id}"
+        base, n = approval_id, 1
+        while approval_id in self.records:  # asked again about the same step
+            n += 1
+            approval_id = f"{base}-{n}"
+        record = ApprovalRecord(
+            approval_id=approval_id,
+            step_id=step_id,
+            summary=cut(summary, APPROVAL_SUMMARY_CHARS),
+            requested_at=self._now(),
+            kind=kind,
+            arguments=arguments,
+        )
+        self.records[approval_id] = record
+        self.undecided[approval_id] = record
+        return record
+
+    async def decision(self, record: ApprovalRecord) -> ApprovalRecord:
+        """Wait, however long, for a person's decision on a request."""
+        await workflow.wait_condition(lambda: record.decision is not None)
+        return record
+
+    def decide(self, decision: ApprovalDecision) -> bool:
+        """Take a person's decision; False (and nothing changes) if the request is unknown
+        or already decided."""
+        record = self.records.get(decision.approval_id)
+        if record is None or record.decision is not None:
+            return False
+        del self.undecided[decision.approval_id]
+        record.decision = decision.decision
+        record.decided_at = self._now()
+        record.decided_by = decision.actor
+        record.comment = decision.comment
+        detail = f"{record.approval_id} (step {record.step_id})"
+        if decision.comment:
+            detail += f": {decision.comment}"
+        self._audit.record(decision.actor, decision.decision, detail)
+        return True
+
+    def close(self) -> None:
+        """An ended run waits for nobody."""
+        self.undecided.clear()
+
+    def pending(self) -> list[PendingApproval]:
+        """The requests still to decide, as status lists them."""
+        fields = set(PendingApproval.model_fields)
+        return [
+            PendingApproval.model_validate(a.model_dump(include=fields))
+            for a in self.undecided.values()
+        ]
+
+    def listed(self) -> list[ApprovalRecord]:
+        """Every request, decided ones without their arguments (those are in history and
+        the audit trail): what status shows and what a hand-over carries."""
+        return [_decided(a) for a in self.records.values()]
+
+    def waits(self) -> list[str]:
+        """One line per open request, for the Web UI."""
+        return [f"{a.approval_id} (step {a.step_id})" for a in self.undecided.values()]
+
+
+def _decided(record: ApprovalRecord) -> ApprovalRecord:
+    if record.decision is None or record.arguments is None:
+        return record
+    return record.model_copy(update={"arguments": None})

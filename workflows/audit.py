@@ -1,0 +1,26 @@
+"""The audit trail: every decision about a run, who took it, when and why, oldest first."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+from workflows.common import Clock, cut
+
+with workflow.unsafe.imports_passed_through():
+    from longrun.contracts import AuditEntry
+
+AUDIT_DETAIL_CHARS = 1000  # of one entry's detail, so the trail stays small to carry
+
+
+class AuditLog:
+    """Append-only decisions; its entries travel whole across continue-as-new."""
+
+    def __init__(self, now: Clock, entries: list[AuditEntry]) -> None:
+        self._now = now
+        self.entries = entries
+
+    def record(self, actor: str, action: str, detail: str | None = None) -> None:
+        """Add a decision to the trail."""
+        if detail is not None:
+            detail = cut(detail, AUDIT_DETAIL_CHARS)
+        self.entries.append(AuditEntry(at=self._now(), actor=actor, action=action, detail=detail))

@@ -1,0 +1,183 @@
+"""The budget ledger: what a run has used, its limits, and the checkpoint every model or
+tool call passes, where pauses (asked for, or for an exhausted budget) hold the run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Literal
+
+from temporalio import workflow
+
+from workflows.audit import AuditLog
+from workflows.common import Clock, StepFailed
+
+with workflow.unsafe.imports_passed_through():
+    from longrun.contracts import (
+        Budget,
+        BudgetView,
+        ControlRequest,
+        Limits,
+        LimitUse,
+        ModelUsage,
+        Price,
+        Usage,
+    )
+
+PauseReason = Literal["budget", "requested"]
+CallKind = Literal["model", "tool"]
+
+
+class Ledger:
+    """Usage against limits; a call is counted when it passes the checkpoint."""
+
+    def __init__(
+        self,
+        now: Clock,
+        audit: AuditLog,
+        on_change: Callable[[], None],
+        *,
+        budget: Budget,
+        prices: dict[str, Price],
+        started: datetime,
+    ) -> None:
+        self._now = now
+        self._audit = audit
+        self._on_change = on_change
+        self._prices = prices
+        self.budget = budget
+        self.started = started
+        self.usage = Usage()
+        self.pause_request: ControlRequest | None = None
+        self.pause_reason: PauseReason | None = None
+        self.exhausted: list[str] = []
+
+    def restore(
+        self, usage: Usage, budget: Budget, started: datetime, pause: ControlRequest | None
+    ) -> None:
+        """Take over what an earlier history segment used and was told."""
+        self.usage = usage
+        self.budget = budget
+        self.started = started
+        self.pause_request = pause
+
+    # --- what people change -------------------------------------------------------------
+
+    def pause(self, request: ControlRequest) -> None:
+        """Hold the run at its next checkpoint."""
+        self._audit.record(request.actor, "pause", request.reason)
+        self.pause_request = request
+
+    def resume(self, request: ControlRequest) -> None:
+        """Lift a pause a person asked for (a budget pause needs a bigger budget)."""
+        self._audit.record(request.actor, "resume", request.reason)
+        self.pause_request = None
+
+    def set_limits(self, limits: Limits, actor: str) -> None:
+        """Change limits; unset ones stay as they are."""
+        given = limits.model_dump(exclude_none=True)
+        self.budget = self.budget.model_copy(update=given)
+        self._audit.record(actor, "budget", json.dumps(given, sort_keys=True))
+
+    # --- what the run uses --------------------------------------------------------------
+
+    def add_usage(self, model: str, input_tokens: int, output_tokens: int) -> None:
+        """Add the tokens of a model call (counted at its checkpoint) and their price."""
+        self.usage.input_tokens += input_tokens
+        self.usage.output_tokens += output_tokens
+        price = self._prices.get(model)
+        if price is not None:
+            cost = (input_tokens * price.input + output_tokens * price.output) / 1_000_000
+            self.usage.cost_usd = round(self.usage.cost_usd + cost, 6)
+
+    def count(self, usage: ModelUsage | None) -> None:
+        """Add what a model call reported it used, if it reported anything."""
+        if usage is not None:
+            self.add_usage(usage.model, usage.input_tokens, usage.output_tokens)
+
+    def count_undo(self) -> None:
+        """Count an undo call: counted, but never held back, since undo must run."""
+        self.usage.tool_calls += 1
+
+    def elapsed_s(self) -> float:
+        """Seconds since the run started (across continue-as-new)."""
+        return (self._now() - self.started).total_seconds()
+
+    def used(self) -> dict[str, float]:
+        """What the run has used, by the name of the limit it counts against."""
+        u = self.usage
+        return {
+            "max_input_tokens": u.input_tokens,
+            "max_output_tokens": u.output_tokens,
+            "max_cost_usd": u.cost_usd,
+            "max_model_calls": u.model_calls,
+            "max_tool_calls": u.tool_calls,
+            "max_duration_s": self.elapsed_s(),
+        }
+
+    def exhausted_limits(self) -> list[str]:
+        """The limits used up."""
+        limits = self.budget.model_dump()
+        return [name for name, used in self.used().items() if _reached(limits[name], used)]
+
+    def view(self) -> BudgetView:
+        """The budget as status shows it."""
+        limits = self.budget.model_dump()
+        return BudgetView(
+            limits={
+                name: LimitUse(limit=limits[name], used=used) for name, used in self.used().items()
+            },
+            on_budget_exhausted=self.budget.on_budget_exhausted,
+        )
+
+    def usage_now(self) -> Usage:
+        """A copy of usage with the duration so far (a query must not change state)."""
+        return self.usage.model_copy(update={"duration_s": self.elapsed_s()})
+
+    # --- the checkpoint -----------------------------------------------------------------
+
+    def admit(self, kind: CallKind) -> bool:
+        """Count a call and let it go (True), or record why the run holds (False); a used-up
+        time budget with `on_budget_exhausted: fail` fails the run."""
+        exhausted = self.exhausted_limits()
+        if "max_duration_s" in exhausted and self.budget.on_budget_exhausted == "fail":
+            raise StepFailed(f"the run's time budget ({self.budget.max_duration_s:g} s) is used up")
+        if not exhausted and self.pause_request is None:
+            if self.pause_reason is not None:
+                self.pause_reason = None
+                self.exhausted = []
+                self._on_change()
+            if kind == "model":
+                self.usage.model_calls += 1
+            else:
+                self.usage.tool_calls += 1
+            return True
+        reason: PauseReason = "budget" if exhausted else "requested"
+        if (reason, exhausted) != (self.pause_reason, self.exhausted):
+            self.pause_reason, self.exhausted = reason, exhausted
+            if exhausted:
+                self._audit.record("longrun", "paused", "budget exhausted: " + ", ".join(exhausted))
+            self._on_change()
+        return False
+
+    async def checkpoint(self, kind: CallKind) -> None:
+        """Before every model or tool call: wait out a pause, stop at an exhausted budget,
+        then count the call at once, so parallel steps cannot overshoot a limit together."""
+        while not self.admit(kind):
+            # Wait until something that decided this pause changes, then look again.
+            await self._until_changed(self._snapshot())
+
+    def end_pause(self) -> None:
+        """An ended run is paused no more."""
+        self.pause_reason = None
+
+    async def _until_changed(self, seen: tuple[bool, list[str]]) -> None:
+        await workflow.wait_condition(lambda: self._snapshot() != seen)
+
+    def _snapshot(self) -> tuple[bool, list[str]]:
+        return self.pause_request is None, self.exhausted_limits()
+
+
+def _reached(limit: float | None, used: float) -> bool:
+    return limit is not None and used >= limit

@@ -1,0 +1,46 @@
+"""The parts one run is made of, built together: the workflow, its plan scheduler and its
+agent loop all work through them."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+from workflows.approvals import Approvals
+from workflows.audit import AuditLog
+from workflows.calls import Calls
+from workflows.common import Clock
+from workflows.ledger import Ledger
+from workflows.status import Display, StatusBoard
+from workflows.steps import StepBook
+from workflows.undo import UndoLog
+
+with workflow.unsafe.imports_passed_through():
+    from longrun.contracts import AuditEntry, RunInput
+
+
+class RunParts:
+    """Audit trail, step book, budget ledger, approvals, undo log, calls and status of one
+    run; each owns its state and its slice of what a hand-over carries."""
+
+    def __init__(self, inp: RunInput, now: Clock, display: Display) -> None:
+        self.inp = inp
+        started = now()
+        submitted = AuditEntry(at=started, actor=inp.owner, action="submitted", detail=inp.goal)
+        self.audit = AuditLog(now, [submitted])
+        self.steps = StepBook(now, self.refresh)
+        self.ledger = Ledger(
+            now,
+            self.audit,
+            self.refresh,
+            budget=inp.budget,
+            prices=inp.config.prices,
+            started=started,
+        )
+        self.approvals = Approvals(now, self.audit, self.steps, self.refresh)
+        self.undo = UndoLog(self.audit)
+        self.calls = Calls(inp.run_id, self.ledger)
+        self.status = StatusBoard(inp, self.steps, self.approvals, self.ledger, display)
+
+    def refresh(self) -> None:
+        """Show what changed: status, its search attribute, the Web UI's details."""
+        self.status.refresh()

@@ -1,0 +1,232 @@
+"""The plan scheduler: a plan's steps run as activities as soon as their dependencies are
+done, behind their approval gates, with a hand-over between segments of long plans."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+from workflows.common import StepFailed, failure_of, preview
+from workflows.handover import HandOver
+from workflows.parts import RunParts
+from workflows.steps import DONE
+
+with workflow.unsafe.imports_passed_through():
+    from longrun import plans
+    from longrun.contracts import ModelRequest, Plan, RetrySpec, Step, StepState
+
+
+class PlanScheduler:
+    """Runs an explicit plan to its end, or to the first step that fails it."""
+
+    def __init__(self, parts: RunParts, handover: HandOver, plan: Plan) -> None:
+        self._parts = parts
+        self._handover = handover
+        self._plan = plan
+        self._settled_here = 0  # steps that ended in this history segment
+
+    async def run(self) -> dict[str, Any]:
+        """Run every step; the outputs of the final steps (those nothing depends on)."""
+        await self._execute()
+        steps = self._parts.steps.steps
+        depended_on = {d for s in self._plan.steps for d in (s.depends_on or [])}
+        return {
+            s.id: steps[s.id].output
+            for s in self._plan.steps
+            if s.id not in depended_on and steps[s.id].status == "completed"
+        }
+
+    async def _execute(self) -> None:
+        steps = {s.id: s for s in self._plan.steps}
+        book = self._parts.steps.steps
+        # Count unmet dependencies instead of rescanning every step on each wake-up, so a
+        # run of a thousand steps costs O(edges), not O(steps²). Steps an earlier history
+        # segment finished count as met.
+        unmet = {
+            s.id: sum(1 for d in s.depends_on or [] if book[d].status not in DONE)
+            for s in steps.values()
+        }
+        dependents: dict[str, list[str]] = {step_id: [] for step_id in steps}
+        for step in steps.values():
+            for dep in step.depends_on or []:
+                dependents[dep].append(step.id)
+        ready = [
+            step_id
+            for step_id, count in unmet.items()
+            if count == 0 and book[step_id].status not in DONE
+        ]
+        running: dict[str, asyncio.Task[None]] = {}
+        try:
+            while ready or running:
+                for step_id in ready:
+                    running[step_id] = asyncio.create_task(self._run_step(steps[step_id]))
+                ready = []
+                self._parts.refresh()
+                await workflow.wait(list(running.values()), return_when=asyncio.FIRST_COMPLETED)
+                # Iterate in start order, not set order, so replay sees the same sequence.
+                for step_id, task in list(running.items()):
+                    if task.done():
+                        del running[step_id]
+                        task.result()
+                        self._settled_here += 1
+                        for dependent in dependents[step_id]:
+                            unmet[dependent] -= 1
+                            if unmet[dependent] == 0:
+                                ready.append(dependent)
+                # Hand over at a quiet moment: nothing running but waits for a person.
+                quiet = all(book[s].status == "waiting_approval" for s in running)
+                if (ready or running) and quiet and self._handover.due(self._settled_here):
+                    ready = []
+                    await self._handover.hand_over(running)
+        # Not BaseException: other exceptions (eviction's among them) pass through.
+        except (StepFailed, asyncio.CancelledError) as exc:
+            reason = str(exc) if isinstance(exc, StepFailed) else "run cancelled"
+            for task in running.values():
+                task.cancel()
+            await asyncio.gather(*running.values(), return_exceptions=True)
+            self._parts.steps.cancel_pending(reason)
+            raise
+
+    async def _run_step(self, step: Step) -> None:
+        book = self._parts.steps
+        state = book.steps[step.id]
+        try:
+            output = await self._perform(step, state)
+        except asyncio.CancelledError:
+            if not self._handover.underway:  # a hand-over keeps the step waiting
+                book.settle(state, "cancelled")
+            raise
+        except StepFailed as exc:
+            book.settle(state, "failed", error=str(exc))
+            message = f"step '{step.id}' failed: {exc}"
+            raise StepFailed(message, compensate=exc.compensate) from None
+        if output is None:
+            book.settle(state, "skipped")
+        else:
+            book.settle(state, "completed", output=output)
+
+    async def _perform(self, step: Step, state: StepState) -> dict[str, Any] | None:
+        """Run one step; None means it was skipped after a rejection."""
+        p = self._parts
+        try:
+            resolved = self._resolve(step)
+        except plans.ReferenceError_ as exc:
+            raise StepFailed(str(exc)) from None
+
+        binding = None
+        if step.tool is not None:
+            binding = p.inp.config.policy.binding_approval(step.tool, resolved)
+        if step.approval is not None or step.requires_approval or binding:
+            summary = (
+                resolved.get("message") or f"{step.kind} step '{step.id}': {preview(resolved)}"
+            )
+            if binding:
+                summary += f" ({binding})"
+            record = await p.approvals.decision(
+                p.approvals.ask(step.id, summary, arguments=resolved)
+            )
+            if record.decision == "reject":
+                if step.on_reject == "skip":
+                    return None
+                reason = f": {record.comment}" if record.comment else ""
+                raise StepFailed(
+                    f"rejected by {record.decided_by}{reason}",
+                    compensate=step.on_reject == "compensate",
+                )
+            if step.approval is not None:
+                state.started_at = state.finished_at = workflow.now()
+                return {"approved_by": record.decided_by, "comment": record.comment}
+
+        if step.wait is None:
+            # A model or tool call: not while paused or over budget.
+            await p.ledger.checkpoint("model" if step.model is not None else "tool")
+        p.steps.start(state)
+        try:
+            if step.wait is not None:
+                await workflow.sleep(timedelta(seconds=step.wait.seconds))
+                return {"waited_s": step.wait.seconds}
+            if step.model is not None:
+                return await self._call_model(step, state, resolved)
+            return await self._call_tool(step, state, resolved)
+        except ActivityError as exc:
+            message, attempts = failure_of(exc)
+            state.attempts = attempts or state.attempts
+            raise StepFailed(message) from None
+
+    def _resolve(self, step: Step) -> dict[str, Any]:
+        """The step's inputs with references replaced: tool args as values, texts as text."""
+        book = self._parts.steps.steps
+
+        def output_of(step_id: str) -> Any:
+            dep = book.get(step_id)
+            if dep is None:
+                raise plans.ReferenceError_(f"no step '{step_id}'")
+            if dep.status != "completed":
+                raise plans.ReferenceError_(f"step '{step_id}' has no output (it is {dep.status})")
+            return dep.output
+
+        if step.tool is not None:
+            return dict(plans.resolve(step.args, output_of))
+        if step.model is not None:
+            system = step.model.system
+            return {
+                **step.model.model_dump(),
+                "prompt": plans.resolve_text(step.model.prompt, output_of),
+                "system": plans.resolve_text(system, output_of) if system else None,
+            }
+        if step.approval is not None:
+            return {"message": plans.resolve_text(step.approval.message, output_of)}
+        return {}
+
+    async def _call_tool(
+        self, step: Step, state: StepState, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        assert step.tool is not None
+        p = self._parts
+        result = await p.calls.tool(
+            step.id, step.tool, args, retry=step.retry, timeout_s=step.timeout_s
+        )
+        p.undo.remember(step.id, step.tool, args, result.output)
+        state.attempts = result.attempt
+        return result.output
+
+    async def _call_model(
+        self, step: Step, state: StepState, spec: dict[str, Any]
+    ) -> dict[str, Any]:
+        p = self._parts
+        model = spec.get("model") or p.inp.config.default_model
+        request = ModelRequest(
+            run_id=p.inp.run_id,
+            step_id=step.id,
+            model=model,
+            prompt=spec["prompt"],
+            system=spec.get("system"),
+            json_schema=spec.get("json_schema"),
+        )
+        # An answer that is not the JSON asked for comes back (its tokens counted) and is
+        # asked again, up to the step's attempts; transport failures retry in Temporal.
+        answers = (step.retry or RetrySpec()).max_attempts
+        for answer in range(1, answers + 1):
+            if answer > 1:
+                await p.ledger.checkpoint("model")
+            result = await p.calls.complete(request, retry=step.retry, timeout_s=step.timeout_s)
+            state.attempts += result.attempt
+            # Priced by the name asked for: providers answer with dated model names.
+            p.ledger.add_usage(model, result.input_tokens, result.output_tokens)
+            if result.json_error is None:
+                break
+        else:
+            raise StepFailed(f"no valid JSON in {answers} answers: {result.json_error}")
+        output: dict[str, Any] = {
+            "text": result.text,
+            "model": result.model,
+            "input_tokens": result.input_tokens,
+            "output_tokens": result.output_tokens,
+        }
+        if result.json_value is not None:
+            output["json"] = result.json_value
+        return output

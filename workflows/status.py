@@ -1,0 +1,149 @@
+"""What a run shows: the `status` query's answer, the Web UI's current details and the
+status search attribute, kept current as the run moves."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey
+
+from workflows.approvals import Approvals
+from workflows.ledger import Ledger
+from workflows.steps import (
+    AGENT_STEPS_KEPT,
+    LISTED_OUTPUT_CHARS,
+    PREVIEW_CHARS,
+    StepBook,
+    listed,
+    shown,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from longrun.contracts import LIVE_RUN_STATUSES, RunInput, RunState, RunStatusName
+
+STATUS_OUTPUT_CHARS = 500_000  # of all outputs in status together
+STATUS_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunStatus")
+LABELS_ATTRIBUTE = SearchAttributeKey.for_keyword_list("LongrunLabels")
+
+
+class AgentView(Protocol):
+    """What status asks of a goal-only run's agent loop."""
+
+    def describe(self, state: RunState) -> None:
+        """Add the agent's view to a status answer."""
+
+    def progress(self) -> str:
+        """One line for the Web UI's current details."""
+
+
+class Display(Protocol):
+    """Where a run's status is shown besides the `status` query."""
+
+    def details(self, text: str) -> None:
+        """Show the run's current details (the Web UI's)."""
+
+    def status(self, status: RunStatusName) -> None:
+        """Publish a new run status (the search attribute)."""
+
+
+class TemporalDisplay:
+    """The Web UI's current details and the status search attribute of this workflow."""
+
+    def __init__(self) -> None:
+        # Runs started by the API carry the status search attribute and keep it current.
+        # A run started without it (the time-skipping test server cannot register custom
+        # attributes) skips publishing rather than failing its workflow tasks.
+        self._publish = workflow.info().typed_search_attributes.get(STATUS_ATTRIBUTE) is not None
+
+    def details(self, text: str) -> None:
+        """Set the workflow's current details."""
+        workflow.set_current_details(text)
+
+    def status(self, status: RunStatusName) -> None:
+        """Upsert the status search attribute, where the run has one."""
+        if self._publish:
+            workflow.upsert_search_attributes([STATUS_ATTRIBUTE.value_set(status)])
+
+
+class StatusBoard:
+    """The run's status, result and error, and how they are shown."""
+
+    def __init__(
+        self,
+        inp: RunInput,
+        steps: StepBook,
+        approvals: Approvals,
+        ledger: Ledger,
+        display: Display,
+    ) -> None:
+        self._inp = inp
+        self._steps = steps
+        self._approvals = approvals
+        self._ledger = ledger
+        self._display = display
+        self.agent: AgentView | None = None
+        self.status: RunStatusName = "running"
+        self.result: Any = None
+        self.error: str | None = None
+
+    def state(self) -> RunState:
+        """Where the run stands: steps, approvals, usage, result."""
+        steps, omitted = self._steps.recent(AGENT_STEPS_KEPT if self.agent else None)
+        omitted += self._steps.dropped
+        # Each output gets its share of the room status has, between the preview's size
+        # and LISTED_OUTPUT_CHARS.
+        share = STATUS_OUTPUT_CHARS // max(1, len(steps) + len(self.result or ()))
+        limit = max(PREVIEW_CHARS, min(LISTED_OUTPUT_CHARS, share))
+        state = RunState(
+            run_id=self._inp.run_id,
+            goal=self._inp.goal,
+            status=self.status,
+            # Bounded, so status stays well under Temporal's payload limit however long
+            # the run: big outputs are previewed, an agent's old tool calls counted.
+            steps=[listed(s, limit) for s in steps],
+            steps_omitted=omitted,
+            pending_approvals=self._approvals.pending(),
+            approvals=self._approvals.listed(),
+            usage=self._ledger.usage_now(),
+            labels=self._inp.labels,
+            result={k: shown(v, limit) for k, v in self.result.items()}
+            if self.agent is None and self.status == "completed" and self.result
+            else self.result,
+            error=self.error,
+            budget=self._ledger.view(),
+            pause_reason=self._ledger.pause_reason,
+            exhausted=self._ledger.exhausted,
+        )
+        if self.agent is not None:
+            self.agent.describe(state)
+        return state
+
+    def refresh(self) -> None:
+        """Recompute the run status, publish it as a search attribute and in the Web UI."""
+        if self.status in LIVE_RUN_STATUSES:
+            status: RunStatusName = "running"
+            if self._ledger.pause_reason is not None:
+                status = "paused"
+            elif self._approvals.undecided:
+                status = "waiting_approval"
+            if status != self.status:
+                self.status = status
+                self.publish()
+        if self.agent is not None:
+            details = [f"{self.status}: {self.agent.progress()}"]
+        else:
+            done, total = self._steps.done, len(self._steps.steps)
+            details = [f"{self.status}: {done}/{total} steps done"]
+        if self._steps.active:
+            details.append("running: " + ", ".join(self._steps.active))
+        waits = self._approvals.waits()
+        if waits:
+            details.append("waiting for approval: " + ", ".join(waits))
+        if self.error:
+            details.append(f"error: {self.error}")
+        self._display.details("\n".join(details))
+
+    def publish(self) -> None:
+        """Publish the run status as it is now."""
+        self._display.status(self.status)

@@ -1,0 +1,105 @@
+"""The step book: every step's record (a plan's steps, or an agent's tool calls), which are
+running, and how many are done."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import workflow
+
+from workflows.common import Clock
+
+with workflow.unsafe.imports_passed_through():
+    from longrun.contracts import StepKind, StepState, StepStatusName
+
+PREVIEW_CHARS = 200
+LISTED_OUTPUT_CHARS = 2000  # of one step's output in status; the `step` query has it all
+AGENT_STEPS_KEPT = 100  # an agent's latest tool calls, listed and carried across continue-as-new
+DONE = ("completed", "skipped")
+OPEN = ("pending", "running", "waiting_approval")
+
+
+class StepBook:
+    """Step records, kept so that what status asks costs O(what is in flight)."""
+
+    def __init__(self, now: Clock, on_change: Callable[[], None]) -> None:
+        self._now = now
+        self._on_change = on_change
+        self.steps: dict[str, StepState] = {}
+        self.active: dict[str, None] = {}  # running steps, in start order
+        self.done = 0
+        self.dropped = 0  # an agent's tool calls earlier segments did not carry
+
+    def restore(self, steps: list[StepState], dropped: int) -> None:
+        """Take over the records an earlier history segment carried."""
+        self.steps = {s.id: s for s in steps}
+        self.done = sum(1 for s in steps if s.status in DONE)
+        self.dropped = dropped
+
+    def add(self, step_id: str, kind: StepKind) -> StepState:
+        """A new step record, pending."""
+        state = self.steps[step_id] = StepState(id=step_id, kind=kind)
+        return state
+
+    def start(self, state: StepState) -> None:
+        """Mark a step running."""
+        state.status = "running"
+        state.started_at = self._now()
+        self.active[state.id] = None
+        self._on_change()
+
+    def settle(
+        self,
+        state: StepState,
+        status: StepStatusName,
+        *,
+        output: Any = None,
+        error: str | None = None,
+    ) -> None:
+        """Record how a step ended."""
+        state.status = status
+        state.output = output
+        state.error = error
+        state.finished_at = self._now()
+        self.active.pop(state.id, None)
+        if status in DONE:
+            self.done += 1
+        self._on_change()
+
+    def cancel_pending(self, reason: str) -> None:
+        """Steps that never started are cancelled, saying why."""
+        for state in self.steps.values():
+            if state.status == "pending":
+                state.status = "cancelled"
+                state.error = f"not started: {reason[:200]}"
+
+    def cancel_open(self) -> None:
+        """Steps not yet ended are cancelled: the run has ended."""
+        for state in self.steps.values():
+            if state.status in OPEN:
+                state.status = "cancelled"
+
+    def recent(self, kept: int | None) -> tuple[list[StepState], int]:
+        """The latest `kept` steps (all when None) and how many are left out."""
+        steps = list(self.steps.values())
+        if kept is None or len(steps) <= kept:
+            return steps, 0
+        return steps[-kept:], len(steps) - kept
+
+
+def shown(value: Any, limit: int) -> Any:
+    """`value`, or a preview of it when its JSON is longer than `limit` characters."""
+    if value is None:
+        return None
+    text = json.dumps(value)
+    if len(text) <= limit:
+        return value
+    return {"truncated": True, "chars": len(text), "preview": text[:PREVIEW_CHARS]}
+
+
+def listed(state: StepState, limit: int = LISTED_OUTPUT_CHARS) -> StepState:
+    """A step as status lists it: an output too big to list becomes a preview."""
+    output = shown(state.output, limit)
+    return state if output is state.output else state.model_copy(update={"output": output})
