@@ -1,0 +1,109 @@
+"""A goal-only run's agent: its spec in the workflow input, the planner's plan as validated,
+where model-made steps and acceptance criteria stand, the loop's hand-over to the next history
+segment, and the brief an actor's prompt is assembled from.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from longrun.contracts.common import StepId, StepStatusName, _Strict
+from longrun.contracts.plans import Criterion
+
+
+class AgentSpec(BaseModel):
+    """What a goal-only run needs: criteria, allowed tools, models and bounds."""
+
+    acceptance: list[Criterion]
+    tools: list[str]
+    planner_model: str
+    actor_model: str
+    judge_model: str
+    max_steps: int = 40
+    max_plan_attempts: int = 3
+    max_verify_attempts: int = 2
+    max_replans: int = 2
+    max_turns_per_step: int = 12
+
+
+class AgentPlanStep(_Strict):
+    """One step of a model-made plan: what to do and what will show it was done."""
+
+    id: StepId
+    intent: str = Field(min_length=1, max_length=2000)
+    expected_evidence: str = Field(min_length=1, max_length=2000)
+
+
+MAX_AGENT_PLAN_STEPS = 1000
+MAX_AGENT_PLAN_CHARS = 400_000
+
+
+class AgentPlan(_Strict):
+    """The planner's answer, validated before the run uses it."""
+
+    steps: list[AgentPlanStep] = Field(min_length=1, max_length=MAX_AGENT_PLAN_STEPS)
+
+    @model_validator(mode="after")
+    def _not_too_long(self) -> AgentPlan:
+        size = sum(len(s.intent) + len(s.expected_evidence) for s in self.steps)
+        if size > MAX_AGENT_PLAN_CHARS:
+            raise ValueError(
+                f"the plan's intents and evidence hold {size} characters; at most "
+                f"{MAX_AGENT_PLAN_CHARS} fit in a run's state"
+            )
+        return self
+
+
+class PlanItem(BaseModel):
+    """A model-made plan step and where it stands."""
+
+    id: str
+    intent: str
+    expected_evidence: str
+    status: StepStatusName = "pending"
+    attempts: int = 0
+    summary: str | None = None
+    verification: str | None = None
+    guidance: list[str] = Field(default_factory=list)
+
+
+class CriterionState(BaseModel):
+    """An acceptance criterion and its latest result."""
+
+    id: str
+    kind: Literal["tool", "judge"]
+    status: Literal["pending", "passed", "failed"] = "pending"
+    evidence: str | None = None
+
+
+class AgentCarry(BaseModel):
+    """Where a goal-only run's loop stands, handed to its next history segment."""
+
+    plan: list[PlanItem]
+    index: int
+    feedback: str | None = None
+    acceptance: list[CriterionState]
+    replans: int = 0
+    premature_completions: int = 0
+    turns: int = 0
+    tool_calls: int = 0
+    progress: list[str] = Field(default_factory=list)
+    summary: str = ""
+
+
+class Brief(BaseModel):
+    """What an actor's prompt is assembled from; `model.act` adds the journal's notes
+    relevant to `recall` and trims the whole to `token_budget` (see longrun.context)."""
+
+    goal: str
+    criteria: list[str]
+    plan: list[str]
+    summary: str = ""
+    progress: list[str] = Field(default_factory=list)
+    step: str
+    guidance: list[str] = Field(default_factory=list)
+    feedback: str | None = None
+    recall: str = ""
+    token_budget: int = 12_000

@@ -1,0 +1,43 @@
+"""Shared by every boundary: the strict base of request and signal bodies, the id and label
+patterns, run and step status names, step kinds, approval decisions and kinds, an agent's phases,
+and what a tool call does to the world.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, StringConstraints
+
+RUN_ID_PATTERN = r"^run-[0-9a-f]{32}$"  # the ids the API gives runs
+STEP_ID_PATTERN = r"^[a-z0-9_-]{1,64}$"
+LABEL_KEY_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+LABEL_VALUE_PATTERN = r"^[A-Za-z0-9_.-]{1,63}$"
+
+StepId = Annotated[str, StringConstraints(pattern=STEP_ID_PATTERN)]
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN)]
+LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_PATTERN)]
+
+RunStatusName = Literal["running", "waiting_approval", "paused", "completed", "failed", "cancelled"]
+LIVE_RUN_STATUSES: frozenset[str] = frozenset({"running", "waiting_approval", "paused"})
+FINAL_RUN_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+StepStatusName = Literal[
+    "pending", "running", "waiting_approval", "completed", "failed", "skipped", "cancelled"
+]
+StepKind = Literal["tool", "model", "wait", "approval"]
+Decision = Literal["approve", "reject"]
+ApprovalKind = Literal["approval", "needs_help"]
+Phase = Literal["planning", "acting", "verifying", "replanning", "completing"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SideEffect(StrEnum):
+    """What a tool call does to the world, which decides whether it is gated."""
+
+    READ_ONLY = "read_only"
+    REVERSIBLE = "reversible"
+    IRREVERSIBLE = "irreversible"

@@ -1,0 +1,168 @@
+"""The model, verify, memory and context activities' boundary: `model.complete`, `model.plan`,
+`model.act`, `verify.step` and `verify.acceptance`, `memory.write` and `memory.recall`, and
+`context.compact`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from longrun.contracts.agent import AgentPlan, Brief
+from longrun.contracts.plans import ToolCheck
+
+
+class ModelRequest(BaseModel):
+    """Input of the `model.complete` activity."""
+
+    run_id: str
+    step_id: str
+    model: str
+    prompt: str
+    system: str | None = None
+    json_schema: dict[str, Any] | None = None
+
+
+class ModelResult(BaseModel):
+    """Output of the `model.complete` activity; a long text comes as an artifact reference."""
+
+    text: str | dict[str, Any]
+    json_value: Any = None
+    json_error: str | None = None
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    attempt: int = 1
+
+
+class ModelUsage(BaseModel):
+    """Tokens one model call consumed."""
+
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class PlanRequest(BaseModel):
+    """Input of `model.plan`: ask for a plan (or a replan) as structured output."""
+
+    run_id: str
+    model: str
+    goal: str
+    criteria: list[str]
+    tools: list[str]
+    context: str | None = None
+    previous_error: str | None = None
+
+
+class PlanAttempt(BaseModel):
+    """Output of `model.plan`: a valid plan, or why the answer was not one."""
+
+    plan: AgentPlan | None = None
+    error: str | None = None
+    usage: ModelUsage
+    attempt: int = 1
+
+
+class ToolCallRequest(BaseModel):
+    """A tool call the model asked for; `arguments` is the JSON text it sent."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class ActRequest(BaseModel):
+    """Input of `model.act`: one turn of a step's conversation, with the tools offered.
+
+    With a `brief`, `messages` hold only this step's turns and the activity puts the
+    prompt together; without one (runs started before briefs), `messages` are complete.
+    """
+
+    run_id: str
+    step_id: str
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    brief: Brief | None = None
+
+
+class ActResult(BaseModel):
+    """Output of `model.act`: text, tool calls, or both."""
+
+    content: str | None = None
+    tool_calls: list[ToolCallRequest] = Field(default_factory=list)
+    usage: ModelUsage
+    attempt: int = 1
+    trimmed: list[str] = Field(default_factory=list, description="what the budget left out")
+
+
+class Verdict(BaseModel):
+    """Whether a check passed, with the evidence a person can read."""
+
+    passed: bool
+    evidence: str
+    usage: ModelUsage | None = None
+
+
+class Note(BaseModel):
+    """One entry of a run's journal."""
+
+    kind: str
+    step: str
+    text: str
+
+
+class CheckRequest(BaseModel):
+    """Input of `verify.step` and `verify.acceptance`."""
+
+    run_id: str
+    check_id: str
+    goal: str
+    tool_check: ToolCheck | None = None
+    statement: str | None = None
+    observations: str = ""
+    judge_model: str
+    # Kept in the run's journal with the verdict: the step's summary when it passes, the
+    # failed verification when it does not.
+    journal: Note | None = None
+
+
+class NoteWrite(BaseModel):
+    """Input of `memory.write`."""
+
+    run_id: str
+    note: Note
+
+
+class RecallRequest(BaseModel):
+    """Input of `memory.recall`: what the step is about, and how many notes to return."""
+
+    run_id: str
+    query: str
+    k: int = 5
+
+
+class Recall(BaseModel):
+    """Output of `memory.recall`: notes, most relevant first."""
+
+    notes: list[Note]
+
+
+class CompactRequest(BaseModel):
+    """Input of `context.compact`: the rolling summary and the oldest progress to fold in."""
+
+    run_id: str
+    model: str
+    goal: str
+    summary: str
+    entries: list[str]
+    max_chars: int = 2000
+
+
+class CompactResult(BaseModel):
+    """Output of `context.compact`: the new rolling summary."""
+
+    summary: str
+    usage: ModelUsage

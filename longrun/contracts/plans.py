@@ -1,0 +1,145 @@
+"""What a caller writes in `POST /v1/runs` and the run workflow carries: an explicit plan's
+steps, a goal-only run's acceptance criteria and their checks, and models per role.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from longrun.contracts.common import StepId, StepKind, _Strict
+
+
+class RetrySpec(_Strict):
+    """How often and how fast a failing step is retried."""
+
+    max_attempts: int = Field(5, ge=1, le=100)
+    initial_interval_s: float = Field(1.0, gt=0, le=3600)
+    backoff: float = Field(2.0, ge=1, le=10)
+
+
+class ModelSpec(_Strict):
+    """A Chat Completions call; `json_schema` asks for structured output."""
+
+    prompt: str = Field(min_length=1, max_length=200_000)
+    system: str | None = Field(None, max_length=200_000)
+    model: str | None = Field(None, min_length=1, max_length=200)
+    json_schema: dict[str, Any] | None = None
+
+
+class WaitSpec(_Strict):
+    """A durable timer: the run sleeps in Temporal, not in a process."""
+
+    seconds: float = Field(ge=0, le=366 * 24 * 3600)
+
+
+class ApprovalSpec(_Strict):
+    """A gate with no action: a person must approve before dependents run."""
+
+    message: str = Field(min_length=1, max_length=4000)
+
+
+class Step(_Strict):
+    """One step of a plan: exactly one of `tool`, `model`, `wait` or `approval`."""
+
+    id: StepId
+    tool: str | None = Field(None, min_length=1, max_length=100)
+    args: dict[str, Any] = Field(default_factory=dict)
+    model: ModelSpec | None = None
+    wait: WaitSpec | None = None
+    approval: ApprovalSpec | None = None
+    depends_on: list[StepId] | None = Field(None, max_length=1000)
+    requires_approval: bool | None = None
+    on_reject: Literal["fail", "skip", "compensate"] = "fail"
+    retry: RetrySpec | None = None
+    timeout_s: float | None = Field(None, gt=0, le=24 * 3600)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Step:
+        kinds = [k for k in ("tool", "model", "wait", "approval") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            found = ", ".join(kinds) if kinds else "none"
+            raise ValueError(
+                f"a step needs exactly one of tool, model, wait, approval (found: {found})"
+            )
+        if self.args and self.tool is None:
+            raise ValueError("'args' only applies to tool steps")
+        return self
+
+    @property
+    def kind(self) -> StepKind:
+        """Which of the four kinds this step is."""
+        if self.tool is not None:
+            return "tool"
+        if self.model is not None:
+            return "model"
+        if self.wait is not None:
+            return "wait"
+        return "approval"
+
+
+class Plan(_Strict):
+    """An explicit plan: steps run when their dependencies are done."""
+
+    steps: list[Step] = Field(min_length=1, max_length=1000)
+
+
+class Expect(_Strict):
+    """What a deterministic check's tool result must show; every field given must hold."""
+
+    exit_code: int | None = None
+    contains: str | None = Field(None, max_length=10_000)
+    regex: str | None = Field(None, max_length=1000)
+    json_path: str | None = Field(None, max_length=500, description="dotted path into the output")
+    equals: Any = None
+    file_exists: str | None = Field(None, max_length=1024)
+
+    @model_validator(mode="after")
+    def _something(self) -> Expect:
+        # Judged by values, not by which fields were sent, so the model survives a round
+        # trip through workflow history.
+        tests = (self.exit_code, self.contains, self.regex, self.json_path, self.file_exists)
+        if all(t is None for t in tests):
+            raise ValueError(
+                "expect needs at least one of exit_code, contains, regex, "
+                "json_path (with equals), file_exists"
+            )
+        if self.equals is not None and self.json_path is None:
+            raise ValueError("equals needs a json_path to compare")
+        if self.regex is not None:
+            try:
+                re.compile(self.regex)
+            except re.error as exc:
+                raise ValueError(f"regex does not compile: {exc}") from None
+        return self
+
+
+class ToolCheck(_Strict):
+    """A deterministic check: call a tool, then test its output."""
+
+    tool: str = Field(min_length=1, max_length=100)
+    args: dict[str, Any] = Field(default_factory=dict)
+    expect: Expect
+
+
+class JudgeCheck(_Strict):
+    """A model-judged check: the judge must confirm the statement and cite why."""
+
+    judge: str = Field(min_length=1, max_length=4000)
+
+
+class Criterion(_Strict):
+    """One acceptance criterion of a goal-only run."""
+
+    id: StepId
+    check: ToolCheck | JudgeCheck
+
+
+class RoleModels(_Strict):
+    """Models per role of a goal-only run; unset roles use the run's `model`."""
+
+    planner: str | None = Field(None, min_length=1, max_length=200)
+    actor: str | None = Field(None, min_length=1, max_length=200)
+    judge: str | None = Field(None, min_length=1, max_length=200)

@@ -1,0 +1,171 @@
+"""The run workflow's boundary: the REST body that starts a run, the workflow's input and
+settings, its `status` and `step` queries, what it returns, and what a run hands to its next
+history segment when it continues as new.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from longrun.contracts.agent import AgentCarry, AgentSpec, CriterionState, PlanItem
+from longrun.contracts.budget import (
+    ApprovalRecord,
+    AuditEntry,
+    Budget,
+    BudgetView,
+    ControlRequest,
+    PendingApproval,
+    Price,
+    Usage,
+)
+from longrun.contracts.common import (
+    LabelKey,
+    LabelValue,
+    Phase,
+    RunStatusName,
+    StepKind,
+    StepStatusName,
+    _Strict,
+)
+from longrun.contracts.plans import Criterion, Plan, RoleModels
+from longrun.policy import Policy
+
+
+class RunRequest(_Strict):
+    """Body of `POST /v1/runs`: an explicit `plan`, or a goal with acceptance criteria."""
+
+    goal: str = Field(min_length=1, max_length=4000)
+    plan: Plan | None = None
+    acceptance: list[Criterion] | None = Field(None, max_length=50)
+    tools: list[str] | None = Field(None, max_length=100)
+    model: str | None = Field(None, min_length=1, max_length=200)
+    models: RoleModels | None = None
+    max_steps: int | None = Field(None, ge=1, le=10_000)
+    budget: Budget | None = None
+    on_failure: Literal["stop", "compensate"] = "stop"
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=20)
+
+
+class RunConfig(BaseModel):
+    """Settings a run needs inside the workflow, fixed when the run starts."""
+
+    default_model: str
+    # A plan run continues as new after this many steps end in one history segment (or
+    # sooner, when Temporal suggests it).
+    continue_as_new_every: int = Field(500, ge=1)
+    # The most an actor prompt may hold, in estimated tokens (see longrun.context).
+    prompt_token_budget: int = Field(12_000, ge=1000)
+    prices: dict[str, Price] = Field(default_factory=dict)
+    policy: Policy = Field(default_factory=Policy)
+
+
+class StepState(BaseModel):
+    """Where one step stands."""
+
+    id: str
+    kind: StepKind
+    status: StepStatusName = "pending"
+    attempts: int = 0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    output: Any = None
+    error: str | None = None
+
+
+class Compensation(BaseModel):
+    """What undoing a run's completed steps achieved."""
+
+    compensated: list[str] = Field(default_factory=list)
+    not_undone: list[str] = Field(default_factory=list)
+
+
+class RunState(BaseModel):
+    """Answer of the workflow's `status` query; the body of `GET /v1/runs/{id}`."""
+
+    run_id: str
+    goal: str
+    status: RunStatusName = "running"
+    steps: list[StepState] = Field(default_factory=list)
+    steps_omitted: int = Field(
+        0, description="an agent's earlier tool calls not listed (the latest 100 are)"
+    )
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    approvals: list[ApprovalRecord] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    labels: dict[str, str] = Field(default_factory=dict)
+    result: Any = None
+    error: str | None = None
+    budget: BudgetView = Field(default_factory=BudgetView)
+    pause_reason: Literal["budget", "requested"] | None = None
+    exhausted: list[str] = Field(default_factory=list)
+    # Goal-only runs:
+    phase: Phase | None = None
+    plan: list[PlanItem] = Field(default_factory=list)
+    acceptance: list[CriterionState] = Field(default_factory=list)
+    replans: int = 0
+    premature_completions: int = 0
+
+
+class StepQuery(BaseModel):
+    """Input of the workflow's `step` query."""
+
+    step_id: str
+
+
+class CompletedCall(BaseModel):
+    """A completed tool call that compensation would undo or report as irreversible.
+
+    The undo call is worked out when the call completes, so the log stays small (a
+    write's undo names a backup, not the content). Records of older runs carry the call's
+    arguments and output instead, and their undo is worked out when it is needed.
+    """
+
+    step_id: str
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    output: dict[str, Any] = Field(default_factory=dict)
+    undo_known: bool = False
+    undo_tool: str | None = None
+    undo_args: dict[str, Any] | None = None
+    irreversible: bool = False
+
+
+class RunCarry(BaseModel):
+    """What a plan run hands to its next history segment when it continues as new."""
+
+    segment: int
+    started: datetime
+    steps: list[StepState]
+    approvals: list[ApprovalRecord]
+    usage: Usage
+    budget: Budget
+    audit: list[AuditEntry]
+    completed_calls: list[CompletedCall] = Field(default_factory=list)
+    pause_request: ControlRequest | None = None
+    compensate_on_cancel: bool = False
+    agent: AgentCarry | None = None
+    steps_dropped: int = 0  # an agent's tool calls not carried
+
+
+class RunInput(BaseModel):
+    """Input of the run workflow: a validated, normalised plan and its context."""
+
+    run_id: str
+    goal: str
+    plan: Plan | None = None
+    agent: AgentSpec | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    config: RunConfig
+    owner: str = "local"
+    budget: Budget = Field(default_factory=Budget)
+    on_failure: Literal["stop", "compensate"] = "stop"
+    carry: RunCarry | None = None
+
+
+class RunResult(BaseModel):
+    """What a completed run returns: the outputs of its final steps."""
+
+    outputs: dict[str, Any] = Field(default_factory=dict)
