@@ -44,10 +44,10 @@ if _ROOT not in sys.path:
 
 from api.app import create_app as create_api  # noqa: E402
 from longrun import prompts  # noqa: E402
-from longrun.devstack import ServerThread, TemporalDevServer, free_port  # noqa: E402
+from longrun.dev.stack import ServerThread, TemporalDevServer, free_port  # noqa: E402
+from longrun.dev.standin import STANDIN_MODEL, Rule, StandIn  # noqa: E402
+from longrun.dev.standin import create_app as create_standin  # noqa: E402
 from longrun.settings import Settings  # noqa: E402
-from longrun.standin import STANDIN_MODEL, Rule, StandIn  # noqa: E402
-from longrun.standin import create_app as create_standin  # noqa: E402
 from longrun.temporal import connect  # noqa: E402
 from worker import serving  # noqa: E402
 from workflows.agent import tool_schema  # noqa: E402

@@ -61,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
     # longrun side does not pay either (workflows/run.py passes its imports through too).
     from activities import REGISTRY
     from longrun.contracts import Plan, RunConfig, RunInput, Step
-    from longrun.devstack import TemporalDevServer, free_port
+    from longrun.dev.stack import TemporalDevServer, free_port
     from longrun.plans import normalize_plan
     from longrun.settings import Settings
     from longrun.temporal import connect

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     if args.command == "dev":
-        from longrun.devstack import DevStackError, run_dev
+        from longrun.dev.stack import DevStackError, run_dev
 
         try:
             sys.exit(asyncio.run(run_dev(get_settings())))
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
         settings = get_settings()
         uvicorn.run("api.app:app", host=settings.api_host, port=settings.api_port)
     elif args.command == "standin":
-        from longrun import standin as standin_server
+        from longrun.dev import standin as standin_server
 
         port = args.port or get_settings().dev_standin_port
         scenarios = [item for path in args.scenario for item in ("--scenario", path)]
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(1)
         sys.stdout.write(hash_key(key) + "\n")
     elif args.command == "demo":
-        from longrun.demo import run_demo
+        from longrun.dev.demo import run_demo
 
         settings = get_settings()
         sys.exit(run_demo(f"http://{settings.api_host}:{settings.api_port}", approve=args.approve))

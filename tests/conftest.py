@@ -19,9 +19,9 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from api.app import create_app
-from longrun.devstack import ServerThread, TemporalDevServer, free_port
+from longrun.dev.stack import ServerThread, TemporalDevServer, free_port
+from longrun.dev.standin import create_app as create_standin
 from longrun.settings import Settings
-from longrun.standin import create_app as create_standin
 from longrun.temporal import connect
 from tests.helpers import Poll, StandIn
 from worker import serving

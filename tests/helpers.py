@@ -18,11 +18,11 @@ class StandIn:
         self.base_url = f"{url}/v1"
 
     def rule(self, **rule: Any) -> None:
-        """Append a scripted rule (see longrun.standin.Rule)."""
+        """Append a scripted rule (see longrun.dev.standin.Rule)."""
         httpx.post(f"{self.url}/_standin/rules", json=rule).raise_for_status()
 
     def scenario(self, rules: list[dict[str, Any]]) -> None:
-        """Append a scenario: rules tried in order (see longrun.standin.Rule)."""
+        """Append a scenario: rules tried in order (see longrun.dev.standin.Rule)."""
         httpx.post(f"{self.url}/_standin/rules", json=rules).raise_for_status()
 
     def calls(self, match: str | None = None, role: str | None = None) -> list[dict[str, Any]]:

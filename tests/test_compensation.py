@@ -17,7 +17,7 @@ from temporalio.worker import Worker
 from activities.errors import transient
 from activities.tools import ToolContext, tool
 from longrun.contracts import SideEffect
-from longrun.devstack import ServerThread
+from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
 from tests.helpers import Poll, submit
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from longrun.devstack import STATE_DIR, DevStackError, _acquire_lock, free_port, run_dev
+from longrun.dev.stack import STATE_DIR, DevStackError, _acquire_lock, free_port, run_dev
 from longrun.settings import Settings
 
 

@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI, Request
 
 from api.app import create_app
-from longrun.devstack import ServerThread, TemporalDevServer, free_port
+from longrun.dev.stack import ServerThread, TemporalDevServer, free_port
 from longrun.settings import Settings
 from longrun.temporal import connect
 from tests.helpers import Poll, StandIn, submit

@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from temporalio.worker import Worker
 
-from longrun.devstack import ServerThread
+from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, submit
 

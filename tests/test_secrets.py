@@ -19,7 +19,7 @@ from pydantic import SecretStr
 from temporalio.worker import Worker
 
 from api.app import create_app
-from longrun.devstack import ServerThread, TemporalDevServer, temporal_binary
+from longrun.dev.stack import ServerThread, TemporalDevServer, temporal_binary
 from longrun.settings import ApiKey, Settings, hash_key
 from tests.helpers import Poll
 

@@ -24,7 +24,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.tools import REGISTRY, build_tool_activities
 from longrun.contracts import SideEffect, ToolCall
-from longrun.devstack import ServerThread
+from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
 
 BAD_PATHS = ["/etc/passwd", "../escaped.txt", "a/../../escaped.txt", "~/escaped.txt"]

@@ -284,7 +284,7 @@ async def _run_stack(settings: Settings) -> int:
                 [
                     sys.executable,
                     "-m",
-                    "longrun.standin",
+                    "longrun.dev.standin",
                     "--port",
                     str(settings.dev_standin_port),
                     "--scenario",
