@@ -93,17 +93,17 @@ def test_step_book_counts_done_steps_and_keeps_start_order() -> None:
     steps = [Step(id=s, tool="echo") for s in ("a", "b", "c")]
     parts, _, shown = _parts(steps)
     book = parts.steps
-    book.start(book.steps["b"])
-    book.start(book.steps["a"])
+    book.start(book.by_id["b"])
+    book.start(book.by_id["a"])
     assert list(book.active) == ["b", "a"]
     assert shown.texts[-1] == "running: 0/3 steps done\nrunning: b, a"
-    book.settle(book.steps["a"], "completed", output={"v": 1})
-    book.settle(book.steps["b"], "skipped")
+    book.settle(book.by_id["a"], "completed", output={"v": 1})
+    book.settle(book.by_id["b"], "skipped")
     assert book.done == 2 and list(book.active) == []
     book.cancel_pending("step 'x' failed")
-    assert book.steps["c"].status == "cancelled"
-    assert book.steps["c"].error == "not started: step 'x' failed"
-    assert book.steps["a"].status == "completed"
+    assert book.by_id["c"].status == "cancelled"
+    assert book.by_id["c"].error == "not started: step 'x' failed"
+    assert book.by_id["a"].status == "completed"
 
 
 def test_step_book_lists_the_latest_steps_and_counts_the_rest() -> None:
@@ -112,7 +112,7 @@ def test_step_book_lists_the_latest_steps_and_counts_the_rest() -> None:
         parts.steps.add(f"t{n}", "tool")
     kept, omitted = parts.steps.recent(2)
     assert [s.id for s in kept] == ["t3", "t4"] and omitted == 3
-    assert parts.steps.recent(None) == (list(parts.steps.steps.values()), 0)
+    assert parts.steps.recent(None) == (list(parts.steps.by_id.values()), 0)
 
 
 # --- ledger --------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def test_approvals_first_decision_wins_and_ids_stay_unique() -> None:
     approvals = parts.approvals
     first = approvals.ask("gate", "ok?", arguments={"x": 1})
     assert first.approval_id == "apr-gate"
-    assert parts.steps.steps["gate"].status == "waiting_approval"
+    assert parts.steps.by_id["gate"].status == "waiting_approval"
     assert shown.statuses == ["waiting_approval"]
     assert [a.approval_id for a in approvals.pending()] == ["apr-gate"]
 
@@ -234,7 +234,7 @@ def test_a_hand_over_carries_what_the_next_segment_needs() -> None:
     big = {"blob": "x" * (LISTED_OUTPUT_CHARS * 2)}
     for step_id in ("a", "side"):
         parts.ledger.admit("tool")
-        parts.steps.settle(parts.steps.steps[step_id], "completed", output=big)
+        parts.steps.settle(parts.steps.by_id[step_id], "completed", output=big)
     parts.approvals.ask("gate", "ok?")
     parts.ledger.pause(ControlRequest(actor="ann"))
     parts.undo.compensate_on_cancel = True
@@ -268,7 +268,7 @@ def test_a_hand_over_carries_what_the_next_segment_needs() -> None:
 def test_status_shows_a_pause_before_a_wait_and_previews_big_outputs() -> None:
     steps = [Step(id="a", tool="echo"), Step(id="gate", approval={"message": "ok?"})]
     parts, _, shown = _parts(steps)
-    parts.steps.settle(parts.steps.steps["a"], "completed", output={"x": "y" * 5000})
+    parts.steps.settle(parts.steps.by_id["a"], "completed", output={"x": "y" * 5000})
     parts.approvals.ask("gate", "ok?")
     parts.ledger.pause(ControlRequest(actor="ann"))
     parts.ledger.admit("tool")
@@ -276,6 +276,6 @@ def test_status_shows_a_pause_before_a_wait_and_previews_big_outputs() -> None:
     state = parts.status.state()
     assert state.status == "paused" and state.pause_reason == "requested"
     assert state.steps[0].output["truncated"] is True
-    assert parts.steps.steps["a"].output == {"x": "y" * 5000}  # the `step` query has it all
+    assert parts.steps.by_id["a"].output == {"x": "y" * 5000}  # the `step` query has it all
     assert shown.texts[-1].startswith("paused: 1/2 steps done")
     assert "waiting for approval: apr-gate (step gate)" in shown.texts[-1]

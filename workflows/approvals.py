@@ -40,7 +40,7 @@ class Approvals:
         self.records = {a.approval_id: a for a in records}
         self.undecided = {k: a for k, a in self.records.items() if a.decision is None}
         for record in self.records.values():
-            step = self._steps.steps.get(record.step_id)
+            step = self._steps.by_id.get(record.step_id)
             if step is not None and step.status == "waiting_approval":
                 self._resumable[record.step_id] = record
 
@@ -56,8 +56,8 @@ class Approvals:
         record = self._resumable.pop(step_id, None)
         if record is None:
             record = self._open(step_id, summary, kind, arguments)
-        if step_id in self._steps.steps:
-            self._steps.steps[step_id].status = "waiting_approval"
+        if step_id in self._steps.by_id:
+            self._steps.by_id[step_id].status = "waiting_approval"
         self._on_change()
         return record
 

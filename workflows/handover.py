@@ -60,7 +60,7 @@ class HandOver:
     def carry(self, agent: AgentCarry | None = None) -> RunCarry:
         """What the next segment starts from."""
         p = self._parts
-        steps = list(p.steps.steps.values())
+        steps = list(p.steps.by_id.values())
         dropped = p.steps.dropped
         if p.inp.plan is not None:
             # Outputs later steps refer to, and the result's, travel whole; the rest are
@@ -92,7 +92,7 @@ class HandOver:
     def _needed_outputs(self, plan: Plan) -> set[str]:
         """Steps whose outputs are still needed: referenced by a step yet to end, or part
         of the result (no step depends on them)."""
-        steps = self._parts.steps.steps
+        steps = self._parts.steps.by_id
         depended_on = {d for s in plan.steps for d in (s.depends_on or [])}
         needed = {s.id for s in plan.steps if s.id not in depended_on}
         for step in plan.steps:

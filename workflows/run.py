@@ -67,7 +67,7 @@ class RunWorkflow:
     def step(self, query: StepQuery) -> StepState | None:
         """One step in full, output included; None if the run has no such step (an agent's
         tool calls from earlier history segments are not kept)."""
-        return self._p.steps.steps.get(query.step_id)
+        return self._p.steps.by_id.get(query.step_id)
 
     @workflow.query(name="audit")
     def audit(self) -> AuditTrail:

@@ -32,7 +32,7 @@ class PlanScheduler:
     async def run(self) -> dict[str, Any]:
         """Run every step; the outputs of the final steps (those nothing depends on)."""
         await self._execute()
-        steps = self._parts.steps.steps
+        steps = self._parts.steps.by_id
         depended_on = {d for s in self._plan.steps for d in (s.depends_on or [])}
         return {
             s.id: steps[s.id].output
@@ -42,7 +42,7 @@ class PlanScheduler:
 
     async def _execute(self) -> None:
         steps = {s.id: s for s in self._plan.steps}
-        book = self._parts.steps.steps
+        book = self._parts.steps.by_id
         # Count unmet dependencies instead of rescanning every step on each wake-up, so a
         # run of a thousand steps costs O(edges), not O(steps²). Steps an earlier history
         # segment finished count as met.
@@ -93,7 +93,7 @@ class PlanScheduler:
 
     async def _run_step(self, step: Step) -> None:
         book = self._parts.steps
-        state = book.steps[step.id]
+        state = book.by_id[step.id]
         try:
             output = await self._perform(step, state)
         except asyncio.CancelledError:
@@ -159,7 +159,7 @@ class PlanScheduler:
 
     def _resolve(self, step: Step) -> dict[str, Any]:
         """The step's inputs with references replaced: tool args as values, texts as text."""
-        book = self._parts.steps.steps
+        book = self._parts.steps.by_id
 
         def output_of(step_id: str) -> Any:
             dep = book.get(step_id)

@@ -133,7 +133,7 @@ class StatusBoard:
         if self.agent is not None:
             details = [f"{self.status}: {self.agent.progress()}"]
         else:
-            done, total = self._steps.done, len(self._steps.steps)
+            done, total = self._steps.done, len(self._steps.by_id)
             details = [f"{self.status}: {done}/{total} steps done"]
         if self._steps.active:
             details.append("running: " + ", ".join(self._steps.active))

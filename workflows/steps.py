@@ -27,20 +27,20 @@ class StepBook:
     def __init__(self, now: Clock, on_change: Callable[[], None]) -> None:
         self._now = now
         self._on_change = on_change
-        self.steps: dict[str, StepState] = {}
+        self.by_id: dict[str, StepState] = {}  # every step, in the order it was added
         self.active: dict[str, None] = {}  # running steps, in start order
         self.done = 0
         self.dropped = 0  # an agent's tool calls earlier segments did not carry
 
     def restore(self, steps: list[StepState], dropped: int) -> None:
         """Take over the records an earlier history segment carried."""
-        self.steps = {s.id: s for s in steps}
+        self.by_id = {s.id: s for s in steps}
         self.done = sum(1 for s in steps if s.status in DONE)
         self.dropped = dropped
 
     def add(self, step_id: str, kind: StepKind) -> StepState:
         """A new step record, pending."""
-        state = self.steps[step_id] = StepState(id=step_id, kind=kind)
+        state = self.by_id[step_id] = StepState(id=step_id, kind=kind)
         return state
 
     def start(self, state: StepState) -> None:
@@ -70,20 +70,20 @@ class StepBook:
 
     def cancel_pending(self, reason: str) -> None:
         """Steps that never started are cancelled, saying why."""
-        for state in self.steps.values():
+        for state in self.by_id.values():
             if state.status == "pending":
                 state.status = "cancelled"
                 state.error = f"not started: {reason[:200]}"
 
     def cancel_open(self) -> None:
         """Steps not yet ended are cancelled: the run has ended."""
-        for state in self.steps.values():
+        for state in self.by_id.values():
             if state.status in OPEN:
                 state.status = "cancelled"
 
     def recent(self, kept: int | None) -> tuple[list[StepState], int]:
         """The latest `kept` steps (all when None) and how many are left out."""
-        steps = list(self.steps.values())
+        steps = list(self.by_id.values())
         if kept is None or len(steps) <= kept:
             return steps, 0
         return steps[-kept:], len(steps) - kept
