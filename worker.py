@@ -16,6 +16,7 @@ from temporalio.worker import Worker
 
 from activities import activities_for
 from activities.artifacts import ArtifactStore, store_for
+from activities.endpoint import model_problem
 from longrun.contracts import RUN_ID_PATTERN
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
@@ -116,6 +117,9 @@ async def run_worker(settings: Settings) -> None:
             settings.temporal_address,
             settings.temporal_namespace,
         )
+        problem = await model_problem(settings)
+        if problem is not None:
+            log.warning("%s", problem)
         await stop.wait()
 
 

@@ -15,9 +15,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import reported_with_attempt
+from activities.heartbeat import heartbeating
 from activities.memory import Journal
 from activities.model import ModelActivities
-from activities.tools.registry import REGISTRY, ToolContext, heartbeating, workspace_of
+from activities.tools.registry import REGISTRY, ToolContext, workspace_of
 from activities.tools.workspace import confine
 from longrun.contracts import CheckRequest, Expect, ToolCheck, Verdict
 from longrun.plans import ReferenceError_, lookup

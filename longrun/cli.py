@@ -1,4 +1,4 @@
-"""The `longrun` command: `dev`, `worker`, `api`, `standin` and `demo`."""
+"""The `longrun` command: `dev`, `worker`, `api`, `standin`, `conformance` and `demo`."""
 
 from __future__ import annotations
 
@@ -20,6 +20,12 @@ def main(argv: list[str] | None = None) -> None:
     standin.add_argument("--port", type=int, default=None)
     standin.add_argument("--scenario", action="append", default=[], help="a JSON file of rules")
     sub.add_parser("hash-key", help="print the SHA-256 digest of an API key read from stdin")
+    conformance = sub.add_parser(
+        "conformance", help="check what the model server in settings can do (a table)"
+    )
+    conformance.add_argument(
+        "--runs", action="store_true", help="also run the README plan and the demo goal via the API"
+    )
     demo = sub.add_parser("demo", help="run the demo goal against the running API")
     demo.add_argument("--approve", action="store_true", help="approve without asking")
     args = parser.parse_args(argv)
@@ -55,6 +61,10 @@ def main(argv: list[str] | None = None) -> None:
             sys.stderr.write("longrun hash-key: give the key on standard input\n")
             sys.exit(1)
         sys.stdout.write(hash_key(key) + "\n")
+    elif args.command == "conformance":
+        from longrun.dev import conformance as check
+
+        sys.exit(check.main(get_settings(), runs=args.runs))
     elif args.command == "demo":
         from longrun.dev.demo import run_demo
 

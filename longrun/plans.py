@@ -10,6 +10,8 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ValidationError
 
 from longrun.contracts import (
@@ -220,6 +222,12 @@ def validate_plan(
                 errors.append(PlanError(loc=(*base, i, *loc), msg=msg))
         if step.tool is not None:
             errors += check_tool_call(step.tool, step.args, (*base, i), tools, policy)
+        if step.model is not None and step.model.json_schema is not None:
+            try:
+                Draft202012Validator.check_schema(step.model.json_schema)
+            except SchemaError as exc:
+                loc = (*base, i, "model", "json_schema")
+                errors.append(PlanError(loc=loc, msg=f"not a valid JSON schema: {exc.message}"))
     return errors
 
 

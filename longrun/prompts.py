@@ -73,6 +73,14 @@ def plan_request(req: PlanRequest) -> str:
     return "\n\n".join(parts)
 
 
+def reask(problem: str) -> str:
+    """What a model is told when its last answer was not the JSON asked for."""
+    return (
+        f"Your previous answer was not valid: {problem}\n"
+        "Answer again with JSON only, matching the schema."
+    )
+
+
 def judge_request(goal: str, statement: str, evidence: str) -> str:
     """The judge's user message."""
     return f"Goal: {goal}\n\nStatement: {statement}\n\nEvidence:\n{evidence or '(no evidence)'}"

@@ -28,6 +28,20 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+class OutputTokens(BaseModel):
+    """The most tokens a model may answer with, per role: every call sets `max_tokens`, so
+    a model that does not stop cannot fill its server's context."""
+
+    plan: int = Field(32_768, ge=16, description="a plan of a thousand steps needs ~25,000")
+    act: int = Field(2048, ge=16)
+    judge: int = Field(1024, ge=16)
+    compact: int = Field(1024, ge=16)
+    complete: int = Field(2048, ge=16, description="plan model steps without their own")
+
+
+StructuredOutput = Literal["auto", "json_schema", "json_object", "tool", "prompt"]
+
+
 class Settings(BaseSettings):
     """Configuration shared by the worker, the API and the CLI.
 
@@ -54,7 +68,21 @@ class Settings(BaseSettings):
     policy_file: Path | None = Field(None, alias="LONGRUN_POLICY_FILE")
     budget_defaults: Limits = Field(default_factory=Limits, alias="LONGRUN_BUDGET_DEFAULTS")
     budget_ceilings: Limits = Field(default_factory=Limits, alias="LONGRUN_BUDGET_CEILINGS")
+    # How long a model server may stay silent (no token, no byte) before the attempt is
+    # given up as "busy"; the whole call is bounded by the activity's own timeout.
     model_timeout_s: float = Field(120.0, alias="LONGRUN_MODEL_TIMEOUT_S", gt=0)
+    # How structured answers are asked for; `auto` starts with json_schema and falls back,
+    # per model, to what the server accepts (see activities/endpoint.py).
+    structured_output: StructuredOutput = Field("auto", alias="LONGRUN_STRUCTURED_OUTPUT")
+    model_stream: bool = Field(True, alias="LONGRUN_MODEL_STREAM")
+    max_output_tokens: OutputTokens = Field(
+        default_factory=OutputTokens, alias="LONGRUN_MAX_OUTPUT_TOKENS"
+    )
+    context_windows: dict[str, int] = Field(
+        default_factory=dict,
+        alias="LONGRUN_CONTEXT_WINDOWS",
+        description='tokens per model, JSON: {"smollm2-135m": 8192}; else read from the server',
+    )
 
     data_dir: Path = Field(Path(".longrun/data"), alias="LONGRUN_DATA_DIR")
     http_allow_hosts: Annotated[list[str], NoDecode] = Field(

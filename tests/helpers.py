@@ -33,6 +33,17 @@ class StandIn:
         calls: list[dict[str, Any]] = response.json()
         return calls
 
+    def profile(self, **profile: Any) -> None:
+        """Behave as another kind of server until the next reset (see Profile)."""
+        httpx.put(f"{self.url}/_standin/profile", json=profile).raise_for_status()
+
+    def generating(self) -> int:
+        """How many answers the stand-in is generating right now."""
+        response = httpx.get(f"{self.url}/_standin/state")
+        response.raise_for_status()
+        count: int = response.json()["generating"]
+        return count
+
     def reset(self) -> None:
         """Drop all rules and recorded calls."""
         httpx.delete(f"{self.url}/_standin/rules").raise_for_status()

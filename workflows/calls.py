@@ -21,6 +21,11 @@ from workflows.common import (
 )
 from workflows.ledger import CallKind, Ledger
 
+# Model calls heartbeat as they stream, so a dead worker costs this long, not the call's
+# whole timeout. Runs started before model calls heartbeated replay without it.
+MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+MODEL_HEARTBEAT_PATCH = "model-heartbeat"
+
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: a method reference and pydantic models, no I/O at import.
     from activities.model import ModelActivities
@@ -77,6 +82,7 @@ class Calls:
             ModelActivities.complete,
             request,
             start_to_close_timeout=timedelta(seconds=timeout_s) if timeout_s else MODEL_TIMEOUT,
+            heartbeat_timeout=_model_heartbeat(),
             retry_policy=retry_policy(retry),
             summary=f"step {request.step_id}: model {request.model}",
         )
@@ -90,8 +96,10 @@ class Calls:
             method,
             arg,
             start_to_close_timeout=limit,
-            # Checks may run tools, which heartbeat; model calls do not.
-            heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT if limit is VERIFY_TIMEOUT else None,
+            # Checks may run tools, which heartbeat often; model calls as they stream.
+            heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT
+            if limit is VERIFY_TIMEOUT
+            else _model_heartbeat(),
             retry_policy=retry_policy(None),
             summary=summary,
         )
@@ -113,3 +121,7 @@ class Calls:
         except ActivityError as exc:
             message, _ = failure_of(exc)
             raise StepFailed(f"{summary} failed: {message}") from None
+
+
+def _model_heartbeat() -> timedelta | None:
+    return MODEL_HEARTBEAT_TIMEOUT if workflow.patched(MODEL_HEARTBEAT_PATCH) else None

@@ -206,21 +206,26 @@ class PlanScheduler:
             prompt=spec["prompt"],
             system=spec.get("system"),
             json_schema=spec.get("json_schema"),
+            max_tokens=spec.get("max_tokens"),
         )
         # An answer that is not the JSON asked for comes back (its tokens counted) and is
         # asked again, up to the step's attempts; transport failures retry in Temporal.
         answers = (step.retry or RetrySpec()).max_attempts
+        problem: str | None = None
         for answer in range(1, answers + 1):
             if answer > 1:
                 await p.ledger.checkpoint("model")
+                # Say what was wrong, rather than ask the same question again.
+                request = request.model_copy(update={"previous_error": problem})
             result = await p.calls.complete(request, retry=step.retry, timeout_s=step.timeout_s)
             state.attempts += result.attempt
             # Priced by the name asked for: providers answer with dated model names.
             p.ledger.add_usage(model, result.input_tokens, result.output_tokens)
-            if result.json_error is None:
+            problem = result.json_error
+            if problem is None:
                 break
         else:
-            raise StepFailed(f"no valid JSON in {answers} answers: {result.json_error}")
+            raise StepFailed(f"no valid JSON in {answers} answers: {problem}")
         output: dict[str, Any] = {
             "text": result.text,
             "model": result.model,

@@ -8,9 +8,8 @@ works, so cancellation reaches it and a dead worker is noticed within the heartb
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,10 @@ from temporalio.exceptions import ApplicationError
 
 from activities.artifacts import store_for
 from activities.errors import fatal, reported_with_attempt
+from activities.heartbeat import heartbeating
 from longrun.contracts import SideEffect, ToolCall, ToolResult
 from longrun.settings import Settings
 
-HEARTBEAT_EVERY_S = 1.0
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
@@ -131,25 +130,6 @@ def workspace_of(settings: Settings, run_id: str) -> Path:
     path = settings.workspaces_dir / run_id / "workspace"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-async def _heartbeat_forever() -> None:
-    # Sleep first: a tool that finishes within a second needs no heartbeat round trip.
-    while True:
-        await asyncio.sleep(HEARTBEAT_EVERY_S)
-        activity.heartbeat()
-
-
-@contextlib.asynccontextmanager
-async def heartbeating() -> AsyncIterator[None]:
-    """Heartbeat every second while the body runs, so cancellation reaches it."""
-    beat = asyncio.create_task(_heartbeat_forever())
-    try:
-        yield
-    finally:
-        beat.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await beat
 
 
 def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:

@@ -22,6 +22,8 @@ class ModelRequest(BaseModel):
     prompt: str
     system: str | None = None
     json_schema: dict[str, Any] | None = None
+    max_tokens: int | None = None  # the settings' default for model steps when unset
+    previous_error: str | None = None  # why the last answer was not the JSON asked for
 
 
 class ModelResult(BaseModel):

@@ -27,6 +27,9 @@ class ModelSpec(_Strict):
     system: str | None = Field(None, max_length=200_000)
     model: str | None = Field(None, min_length=1, max_length=200)
     json_schema: dict[str, Any] | None = None
+    max_tokens: int | None = Field(
+        None, ge=16, le=1_000_000, description="the most tokens the answer may take"
+    )
 
 
 class WaitSpec(_Strict):

@@ -1,8 +1,12 @@
 """An OpenAI-compatible stand-in model server for offline use and tests.
 
-It answers `POST /v1/chat/completions` deterministically. Tests script it over HTTP with
-rules that match on the prompt text and inject replies or faults (an error status with
-Retry-After, slow answers, malformed JSON); `GET /_standin/calls` lists what it received.
+It answers `POST /v1/chat/completions` deterministically, whole or streamed. Tests script
+it over HTTP with rules that match on the prompt text and inject replies or faults (an
+error status with Retry-After, slow answers or streams, malformed JSON, a stream that
+dies); `GET /_standin/calls` lists what it received. A profile (`PUT /_standin/profile`,
+or `--profile`) makes it behave as a real server does where servers differ: llama.cpp's
+refuses `json_schema`, null content and schemas with length limits, sends no usage in
+streams, and has a small context window.
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ import json
 import random
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field, TypeAdapter
+
+from longrun import prompts
 
 STANDIN_MODEL = "standin-1"
 
@@ -54,6 +61,43 @@ class Rule(BaseModel):
     message: str = "injected fault"
     delay_s: float = Field(0.0, ge=0, le=600)
     malformed: bool = False
+    chunk_delay_s: float = Field(0.0, ge=0, le=60, description="between streamed chunks")
+    die_after_chunks: int | None = Field(
+        None, ge=0, description="streamed: drop the connection after this many chunks"
+    )
+
+
+class Profile(BaseModel):
+    """How the server behaves where real servers differ from OpenAI's."""
+
+    name: str = "openai"
+    json_schema: bool = Field(True, description="accepts response_format json_schema")
+    null_content: bool = Field(True, description="accepts messages whose content is null")
+    grammar_limits: bool = Field(
+        True, description="compiles schemas with length, pattern and item-count keywords"
+    )
+    stream_usage: bool = Field(True, description="ends a stream with usage when asked")
+    context_window: int | None = Field(None, ge=1, description="prompt + max_tokens limit")
+    max_answer: int | None = Field(None, ge=1, description="the largest max_tokens it takes")
+    silent_stream_errors: bool = Field(
+        False, description="a refused streamed request gets an empty 200 stream, not the error"
+    )
+
+
+PROFILES = {
+    "openai": Profile(),
+    # llama-cpp-python's server, as seen with SmolLM2-135M-Instruct.
+    "llama-cpp": Profile(
+        name="llama-cpp",
+        json_schema=False,
+        null_content=False,
+        grammar_limits=False,
+        stream_usage=False,
+        context_window=8192,
+        silent_stream_errors=True,
+    ),
+}
+_GRAMMAR_KEYWORDS = ("maxLength", "minLength", "pattern", "maxItems", "minItems")
 
 
 class Call(BaseModel):
@@ -66,10 +110,17 @@ class Call(BaseModel):
     outcome: str
     at: float = Field(description="arrival, seconds since the epoch")
     prompt_tokens: int = Field(0, description="the prompt's size as the answer's usage gives it")
+    max_tokens: int | None = None
+    stream: bool = False
+    response_format: str | None = Field(None, description="its type, if one was asked for")
 
 
-def example_of(schema: dict[str, Any]) -> Any:
-    """A small value that satisfies a simple JSON schema."""
+def example_of(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> Any:
+    """A small value that satisfies a simple JSON schema (following local `$ref`s)."""
+    defs = {**(defs or {}), **schema.get("$defs", {})}
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return example_of(defs.get(ref.removeprefix("#/$defs/"), {}), defs)
     if "enum" in schema:
         return schema["enum"][0]
     if "const" in schema:
@@ -79,23 +130,61 @@ def example_of(schema: dict[str, Any]) -> Any:
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object":
         props = schema.get("properties", {})
-        return {name: example_of(sub) for name, sub in props.items()}
+        return {name: example_of(sub, defs) for name, sub in props.items()}
     if kind == "array":
-        return [example_of(schema["items"])] if schema.get("minItems") and "items" in schema else []
+        items = schema.get("items")
+        return [example_of(items, defs)] if schema.get("minItems") and items else []
     return {"string": "stand-in", "integer": 0, "number": 0, "boolean": False}.get(kind)
 
 
-def role_of(body: dict[str, Any]) -> Role:
-    """Which of longrun's roles a request comes from, told by its shape."""
-    if body.get("tools"):
-        return "act"
+def schema_of(body: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
+    """The name and JSON schema a request asks its answer to match, however it asks:
+    response_format (json_schema, or json_object with a schema), a forced tool call, or
+    the schema written into the prompt."""
     response_format = body.get("response_format")
     if isinstance(response_format, dict):
-        name = (response_format.get("json_schema") or {}).get("name")
-        if name == "plan":
-            return "plan"
-        if name == "verdict":
-            return "judge"
+        if response_format.get("type") == "json_schema":
+            spec = response_format.get("json_schema") or {}
+            return spec.get("name"), spec.get("schema") or {}
+        if isinstance(response_format.get("schema"), dict):
+            return None, response_format["schema"]
+    forced = _forced_tool(body)
+    if forced is not None:
+        for tool in body.get("tools") or []:
+            function = tool.get("function") or {}
+            if function.get("name") == forced:
+                return forced, function.get("parameters") or {}
+    for message in body.get("messages") or []:
+        content = str(message.get("content") or "")
+        marker = "matching this JSON schema:\n"
+        if message.get("role") == "system" and marker in content:
+            try:
+                return None, json.loads(content.split(marker, 1)[1])
+            except ValueError:
+                return None, None
+    return None, None
+
+
+def _forced_tool(body: dict[str, Any]) -> str | None:
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        return name if isinstance(name, str) else None
+    return None
+
+
+def role_of(body: dict[str, Any]) -> Role:
+    """Which of longrun's roles a request comes from, told by its system prompt or the
+    name of the answer it asks for."""
+    name, _ = schema_of(body)
+    first = (body.get("messages") or [{}])[0]
+    system = str(first.get("content") or "") if first.get("role") == "system" else ""
+    if name == "plan" or system == prompts.PLANNER:
+        return "plan"
+    if name == "verdict" or system == prompts.JUDGE:
+        return "judge"
+    if body.get("tools"):
+        return "act"
     return "complete"
 
 
@@ -111,17 +200,22 @@ def _text_of(messages: list[dict[str, Any]]) -> str:
 class StandIn:
     """State of one stand-in server: its rules and the calls it has answered."""
 
-    def __init__(self) -> None:
+    def __init__(self, profile: Profile | None = None) -> None:
         self.rules: list[Rule] = []
         self.calls: list[Call] = []
+        self._base_profile = profile or Profile()
+        self.profile = self._base_profile
+        self.generating = 0  # answers being generated now, streamed or not
         self._lock = threading.Lock()
         self.reset()
 
     def reset(self, seed: str = "0") -> None:
-        """Forget rules and calls; reseed the draws of rules with a `probability`."""
+        """Forget rules, calls and a profile set since; reseed the draws of rules with a
+        `probability`."""
         with self._lock:
             self.rules.clear()
             self.calls.clear()
+            self.profile = self._base_profile
             self._random = random.Random(seed)  # seeded: fault injection repeats run to run
 
     def _take_rule(self, text: str, role: Role) -> Rule | None:
@@ -142,6 +236,7 @@ class StandIn:
 
     def _record(self, body: dict[str, Any], role: Role, outcome: str, tokens: int) -> None:
         tools = [t.get("function", {}).get("name", "?") for t in body.get("tools") or []]
+        response_format = body.get("response_format")
         call = Call(
             model=body["model"],
             role=role,
@@ -150,6 +245,11 @@ class StandIn:
             outcome=outcome,
             at=time.time(),
             prompt_tokens=tokens,
+            max_tokens=body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None,
+            stream=body.get("stream") is True,
+            response_format=response_format.get("type")
+            if isinstance(response_format, dict)
+            else None,
         )
         with self._lock:
             self.calls.append(call)
@@ -165,6 +265,13 @@ class StandIn:
         text = _text_of(messages)
         prompt_tokens = tokens_of(text)
         role = role_of(body)
+        refusal = self._refusal(body, prompt_tokens)
+        if refusal is not None:
+            status, why = refusal
+            self._record(body, role, f"{status} refused", prompt_tokens)
+            if body.get("stream") and self.profile.silent_stream_errors:
+                return StreamingResponse(iter(()), media_type="text/event-stream")
+            return JSONResponse({"error": {"message": why}}, status_code=status)
         rule = self._take_rule(text, role) or Rule()
         # Recorded on arrival: a caller that times out on a slow answer still made the call.
         if rule.malformed:
@@ -175,7 +282,12 @@ class StandIn:
             outcome = "ok"
         self._record(body, role, outcome, prompt_tokens)
         if rule.delay_s:
-            await asyncio.sleep(rule.delay_s)
+            # Generating: a server goes on even when the caller has gone.
+            self.generating += 1
+            try:
+                await asyncio.sleep(rule.delay_s)
+            finally:
+                self.generating -= 1
         if rule.malformed:
             return PlainTextResponse('{"choices": [', media_type="application/json")
         if rule.status:
@@ -187,8 +299,52 @@ class StandIn:
                 status_code=rule.status,
                 headers=headers,
             )
+        message = self._message(rule, text, role, body)
+        content = message["content"] or ""
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        max_tokens = body.get("max_tokens")
+        if isinstance(max_tokens, int) and tokens_of(content) > max_tokens:
+            message["content"] = content = content[: max_tokens * 4]
+            finish = "length"
+        completion_tokens = tokens_of(content)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        completion_id = f"chatcmpl-{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+        if body.get("stream"):
+            options = body.get("stream_options") or {}
+            with_usage = bool(options.get("include_usage")) and self.profile.stream_usage
+            chunks = self._chunks(
+                completion_id, model, message, finish, usage if with_usage else None, rule
+            )
+            return StreamingResponse(chunks, media_type="text/event-stream")
+        return JSONResponse(
+            {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": usage,
+            }
+        )
+
+    def _message(self, rule: Rule, text: str, role: Role, body: dict[str, Any]) -> dict[str, Any]:
+        """The assistant message: scripted by the rule, or the default answer. JSON goes
+        where it was asked for: in a forced tool call, or in the content."""
         message: dict[str, Any] = {"role": "assistant", "content": None}
-        if rule.tool_calls:
+        calls = list(rule.tool_calls or [])
+        _, schema = schema_of(body)
+        forced = _forced_tool(body)
+        value = rule.json_reply
+        if rule.reply is None and value is None and not calls:
+            value = self._default_json(role, schema)
+        if value is not None and forced is not None:
+            calls.append(ScriptedToolCall(name=forced, arguments=json.dumps(value)))
+            value = None
+        if calls:
             message["tool_calls"] = [
                 {
                     "id": f"call_{len(self.calls)}_{i}",
@@ -200,49 +356,108 @@ class StandIn:
                         else json.dumps(call.arguments),
                     },
                 }
-                for i, call in enumerate(rule.tool_calls)
+                for i, call in enumerate(calls)
             ]
         if rule.reply is not None:
             message["content"] = rule.reply
-        elif rule.json_reply is not None:
-            message["content"] = json.dumps(rule.json_reply)
-        elif not rule.tool_calls:
-            message["content"] = self._default_reply(text, role, body.get("response_format"))
-        content = message["content"] or ""
-        digest = hashlib.sha256(text.encode()).hexdigest()[:24]
-        completion_tokens = tokens_of(content)
-        return JSONResponse(
-            {
-                "id": f"chatcmpl-{digest}",
-                "object": "chat.completion",
+        elif value is not None:
+            message["content"] = json.dumps(value)
+        elif not calls:
+            first_line = text.strip().splitlines()[-1] if text.strip() else ""
+            message["content"] = f"[stand-in model] {first_line[:300]}"
+        return message
+
+    async def _chunks(
+        self,
+        completion_id: str,
+        model: str,
+        message: dict[str, Any],
+        finish: str,
+        usage: dict[str, int] | None,
+        rule: Rule,
+    ) -> AsyncIterator[str]:
+        """The answer as Server-Sent Events, a few characters a chunk, as servers stream."""
+
+        def event(choices: list[dict[str, Any]], **extra: Any) -> str:
+            chunk = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
                 "created": int(time.time()),
                 "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": message,
-                        "finish_reason": "tool_calls" if rule.tool_calls else "stop",
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
+                "choices": choices,
+                **extra,
             }
-        )
+            return f"data: {json.dumps(chunk)}\n\n"
+
+        def delta(part: dict[str, Any], reason: str | None = None) -> str:
+            return event([{"index": 0, "delta": part, "finish_reason": reason}])
+
+        content = message.get("content") or ""
+        parts = [delta({"role": "assistant"})]
+        parts += [delta({"content": content[i : i + 8]}) for i in range(0, len(content), 8)]
+        for i, call in enumerate(message.get("tool_calls") or []):
+            parts.append(delta({"tool_calls": [{"index": i, **call}]}))
+        parts.append(delta({}, finish))
+        if usage is not None:
+            parts.append(event([], usage=usage))
+        self.generating += 1
+        try:
+            for n, part in enumerate(parts):
+                if rule.die_after_chunks is not None and n == rule.die_after_chunks:
+                    raise ConnectionAbortedError("the stand-in dies mid-stream, as asked")
+                if n and rule.chunk_delay_s:
+                    await asyncio.sleep(rule.chunk_delay_s)
+                yield part
+            yield "data: [DONE]\n\n"
+        finally:
+            # Also when the caller goes away: a streaming server stops generating then.
+            self.generating -= 1
+
+    def _refusal(self, body: dict[str, Any], prompt_tokens: int) -> tuple[int, str] | None:
+        """The error the profile's server gives a request it does not take, if any; the
+        wording is the real server's, for the client to recognise."""
+        profile = self.profile
+        response_format = body.get("response_format")
+        if (
+            not profile.json_schema
+            and isinstance(response_format, dict)
+            and response_format.get("type") == "json_schema"
+        ):
+            return 500, (
+                "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
+                "'response_format', 'type'), 'msg': \"Input should be 'text' or "
+                "'json_object'\", 'input': 'json_schema'}"
+            )
+        for i, message in enumerate(body.get("messages") or []):
+            if not profile.null_content and "content" in message and message["content"] is None:
+                return 500, (
+                    f"1 validation error:\n  {{'type': 'string_type', 'loc': ('body', "
+                    f"'messages', {i}, 'content'), 'msg': 'Input should be a valid string'}}"
+                )
+        if not profile.grammar_limits:
+            _, schema = schema_of(body)
+            schemas = [schema, *[t.get("function", {}) for t in body.get("tools") or []]]
+            if any(k in json.dumps(sub) for sub in schemas if sub for k in _GRAMMAR_KEYWORDS):
+                return 500, "failed to parse grammar"
+        asked = body.get("max_tokens")
+        if profile.max_answer is not None and isinstance(asked, int) and asked > profile.max_answer:
+            return 400, (
+                f"max_tokens is too large: {asked}. This model supports at most "
+                f"{profile.max_answer} completion tokens, whereas you provided {asked}."
+            )
+        window = profile.context_window
+        wanted = prompt_tokens + int(body.get("max_tokens") or 0)
+        if window is not None and wanted > window:
+            return 400, f"Requested tokens ({wanted}) exceed context window of {window}"
+        return None
 
     @staticmethod
-    def _default_reply(text: str, role: Role, response_format: Any) -> str:
+    def _default_json(role: Role, schema: dict[str, Any] | None) -> Any:
         if role == "judge":
-            return json.dumps(
-                {"passed": True, "reason": "[stand-in judge] accepted unchecked: no real model"}
-            )
-        if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
-            schema = response_format.get("json_schema", {}).get("schema", {})
-            return json.dumps(example_of(schema))
-        first_line = text.strip().splitlines()[-1] if text.strip() else ""
-        return f"[stand-in model] {first_line[:300]}"
+            return {"passed": True, "reason": "[stand-in judge] accepted unchecked: no real model"}
+        if schema is not None:
+            return example_of(schema)
+        return None
 
 
 def load_scenario(path: Path) -> list[Rule]:
@@ -250,10 +465,10 @@ def load_scenario(path: Path) -> list[Rule]:
     return TypeAdapter(list[Rule]).validate_json(path.read_bytes())
 
 
-def create_app(scenarios: list[Path] | None = None) -> FastAPI:
+def create_app(scenarios: list[Path] | None = None, profile: str = "openai") -> FastAPI:
     """The stand-in as an ASGI app, with the rules of `scenarios` loaded."""
     app = FastAPI(title="longrun model stand-in", docs_url=None, redoc_url=None)
-    state = StandIn()
+    state = StandIn(PROFILES[profile])
     for path in scenarios or []:
         state.rules.extend(load_scenario(path))
     app.state.standin = state
@@ -273,6 +488,17 @@ def create_app(scenarios: list[Path] | None = None) -> FastAPI:
     async def models() -> dict[str, Any]:
         """The one model the stand-in serves (it answers to any name)."""
         return {"object": "list", "data": [{"id": STANDIN_MODEL, "object": "model"}]}
+
+    @app.put("/_standin/profile")
+    async def set_profile(profile: Profile) -> Profile:
+        """Behave as another kind of server (until the next reset)."""
+        state.profile = profile
+        return profile
+
+    @app.get("/_standin/state")
+    async def generating() -> dict[str, Any]:
+        """The profile, and how many answers are being generated right now."""
+        return {"profile": state.profile.model_dump(), "generating": state.generating}
 
     @app.post("/_standin/rules", status_code=201)
     async def add_rules(rules: Rule | list[Rule]) -> dict[str, int]:
@@ -303,8 +529,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--scenario", type=Path, action="append", help="a JSON file of rules")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="openai")
     args = parser.parse_args(argv)
-    app = create_app(args.scenario)
+    app = create_app(args.scenario, args.profile)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

@@ -1,0 +1,274 @@
+"""Model servers that are not OpenAI's: the stand-in, given a real server's profile (what
+llama-cpp-python's server was seen to do), and runs that must still work on it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.endpoint import model_problem
+from api.app import create_app
+from longrun.dev.standin import PROFILES
+from longrun.settings import Settings
+from tests.helpers import Poll, StandIn, submit
+from worker import serving
+
+LLAMA_CPP = PROFILES["llama-cpp"].model_dump()
+CITY = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 50}, "temperature": {"type": "number"}},
+    "required": ["city", "temperature"],
+}
+
+
+@pytest.fixture
+async def served(
+    client: Client, settings: Settings, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[httpx.AsyncClient, Settings]]:
+    """A worker and the API with the test's own settings (`@pytest.mark.settings(...)`)."""
+    marker = request.node.get_closest_marker("settings")
+    changed = settings.model_copy(update=marker.kwargs if marker else {})
+    transport = httpx.ASGITransport(app=create_app(changed))
+    async with (
+        serving(client, changed),
+        httpx.AsyncClient(transport=transport, base_url="http://api") as http,
+    ):
+        yield http, changed
+
+
+async def test_a_plan_runs_on_a_server_without_json_schema_or_null_content(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.profile(**LLAMA_CPP)
+    run_id = await submit(
+        api,
+        [
+            {"id": "plain", "model": {"prompt": "profile-plan: say hello"}},
+            {"id": "city", "model": {"prompt": "profile-plan: a city", "json_schema": CITY}},
+            {"id": "fetch", "tool": "echo", "args": {"value": {"n": 7}}},
+            {
+                "id": "about",
+                "model": {"prompt": "profile-plan: n is {{steps.fetch.output.value.n}}"},
+                "depends_on": ["fetch"],
+            },
+        ],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    city = next(s for s in run["steps"] if s["id"] == "city")["output"]
+    assert set(city["json"]) == {"city", "temperature"}
+    calls = standin.calls("profile-plan")
+    # json_schema was refused (streamed, silently, as llama.cpp does; then whole, with the
+    # reason), and from then on JSON was asked for as the server takes it.
+    asked = [(c["response_format"], c["stream"]) for c in calls if "a city" in str(c["messages"])]
+    assert asked == [("json_schema", True), ("json_schema", False), ("json_object", True)]
+    assert all(c["max_tokens"] for c in calls)
+    assert all(c["stream"] for c in calls if c["outcome"] == "ok")
+
+
+async def test_an_agent_run_completes_on_a_llama_cpp_like_server(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.profile(**LLAMA_CPP)
+    standin.scenario(
+        [
+            {
+                "match": "profile-agent",
+                "role": "plan",
+                "json": {"steps": [{"id": "w", "intent": "write", "expected_evidence": "a.txt"}]},
+            },
+            {
+                "match": "profile-agent",
+                "role": "act",
+                "times": 1,
+                "tool_calls": [{"name": "write_file", "arguments": {"path": "a", "content": "x"}}],
+            },
+            {"match": "profile-agent", "role": "act", "times": 1, "reply": "wrote a"},
+        ]
+    )
+    response = await api.post(
+        "/v1/runs",
+        json={
+            "goal": "profile-agent: write a file",
+            "tools": ["write_file"],
+            "acceptance": [{"id": "done", "check": {"judge": "a was written"}}],
+        },
+    )
+    run = await wait_run(response.json()["run_id"])
+    assert run["status"] == "completed", run["error"]
+    acts = standin.calls("profile-agent", role="act")
+    # The second turn resent the tool-only turn with content "" (the profile refuses null),
+    # and the tools' schemas reached the server without length limits.
+    assert acts[1]["messages"][-2]["content"] == ""
+    assert all(c["outcome"] == "ok" for c in acts)
+    modes = {c["response_format"] for c in standin.calls("profile-agent", role="judge")}
+    assert modes == {"json_object"}  # learned from the planner's refusal, not asked again
+
+
+async def test_an_answer_that_breaks_the_schema_is_asked_again_with_the_reason(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.rule(match="schema-check", times=1, json={"name": "Paris", "temperature1": "20.45"})
+    standin.rule(match="schema-check", json={"city": "Paris", "temperature": 20.5})
+    run_id = await submit(
+        api, [{"id": "city", "model": {"prompt": "schema-check: a city", "json_schema": CITY}}]
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    assert run["steps"][0]["output"]["json"] == {"city": "Paris", "temperature": 20.5}
+    first, second = standin.calls("schema-check")
+    told = second["messages"][-1]["content"]
+    assert "'city' is a required property" in told
+    assert first["messages"][-1]["content"] != told
+
+
+async def test_an_invalid_json_schema_is_refused_at_submission(
+    api: httpx.AsyncClient, worker: Worker
+) -> None:
+    response = await api.post(
+        "/v1/runs",
+        json={
+            "goal": "bad schema",
+            "plan": {"steps": [{"id": "m", "model": {"prompt": "p", "json_schema": {"type": 5}}}]},
+        },
+    )
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"][-1] == "json_schema" and "not a valid JSON schema" in error["msg"]
+
+
+async def test_the_prompt_fits_a_context_window_the_server_only_names_in_its_error(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.profile(**LLAMA_CPP | {"context_window": 3000})
+    standin.scenario(
+        [
+            {
+                "match": "small-window",
+                "role": "plan",
+                "json": {"steps": [{"id": "s", "intent": "say", "expected_evidence": "said"}]},
+            },
+            {"match": "small-window", "role": "act", "reply": "said it"},
+        ]
+    )
+    response = await api.post(
+        "/v1/runs",
+        json={
+            "goal": "small-window: " + "say something. " * 250,
+            "tools": [],
+            "acceptance": [{"id": "ok", "check": {"judge": "it was said"}}],
+        },
+    )
+    run = await wait_run(response.json()["run_id"])
+    assert run["status"] == "completed", run["error"]
+    # The planner was asked as if the window were big and refused (silently when streamed,
+    # as llama.cpp does; with the size when asked whole); then with the room the server
+    # named, as was every later call.
+    calls = standin.calls("small-window")
+    assert any(c["outcome"] == "400 refused" and not c["stream"] for c in calls)
+    for call in calls:
+        if call["outcome"] == "ok":
+            assert call["prompt_tokens"] + call["max_tokens"] <= 3000
+    assert all(c["outcome"] == "ok" for c in standin.calls("small-window", role="act"))
+
+
+async def test_a_model_that_answers_with_less_says_so_and_is_asked_within_it(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.profile(max_answer=1000)
+    run = await wait_run(await submit(api, [{"id": "m", "model": {"prompt": "max-answer: hi"}}]))
+    assert run["status"] == "completed", run["error"]
+    first, second = standin.calls("max-answer")
+    assert first["outcome"] == "400 refused" and second["max_tokens"] == 1000
+    assert run["steps"][0]["attempts"] == 1  # within the attempt, not a retry
+
+
+async def test_an_answer_cut_at_max_tokens_is_still_an_answer(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.rule(match="cut-short", reply="word " * 100)
+    step = {"id": "m", "model": {"prompt": "cut-short: talk", "max_tokens": 20}}
+    run = await wait_run(await submit(api, [step]))
+    assert run["status"] == "completed", run["error"]
+    assert run["steps"][0]["output"]["text"] == ("word " * 100)[:80]
+    [call] = standin.calls("cut-short")
+    assert call["max_tokens"] == 20
+
+
+async def test_a_stream_that_dies_is_retried(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.rule(match="dies-mid-stream", times=1, reply="x" * 200, die_after_chunks=3)
+    run_id = await submit(api, [{"id": "m", "model": {"prompt": "dies-mid-stream: go"}}])
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    assert run["steps"][0]["attempts"] == 2
+
+
+@pytest.mark.settings(model_timeout_s=1.0)
+async def test_a_silent_server_is_called_busy_not_unreachable(
+    served: tuple[httpx.AsyncClient, Settings], standin: StandIn, wait_run: Poll
+) -> None:
+    api, _ = served
+    standin.rule(match="busy-server", reply="slow " * 20, chunk_delay_s=3)
+    step = {"id": "m", "model": {"prompt": "busy-server: go"}, "retry": {"max_attempts": 1}}
+    run = await wait_run(await submit(api, [step]), http=api)
+    assert run["status"] == "failed"
+    assert "is busy: nothing came for 1 s" in run["error"]
+    assert standin.base_url.removesuffix("/") in run["error"]
+
+
+async def test_a_wrong_base_url_names_the_url_and_what_to_check(
+    client: Client, settings: Settings, standin: StandIn, wait_run: Poll
+) -> None:
+    wrong = settings.model_copy(update={"openai_base_url": standin.url + "/v2"})
+    transport = httpx.ASGITransport(app=create_app(wrong))
+    async with (
+        serving(client, wrong),
+        httpx.AsyncClient(transport=transport, base_url="http://api") as api,
+    ):
+        run = await wait_run(
+            await submit(api, [{"id": "m", "model": {"prompt": "hello"}}]), http=api
+        )
+    assert run["status"] == "failed"
+    assert f"{standin.url}/v2" in run["error"] and "Check OPENAI_BASE_URL" in run["error"]
+    assert "'test-model'" in run["error"]
+    assert run["steps"][0]["attempts"] == 1  # not retried: a retry cannot fix it
+
+
+async def test_cancelling_a_run_stops_the_server_generating(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.rule(match="long-answer", reply="word " * 400, chunk_delay_s=0.5)
+    run_id = await submit(api, [{"id": "m", "model": {"prompt": "long-answer: go"}}])
+    await wait_run(run_id, until=lambda r: r["steps"][0]["status"] == "running")
+    for _ in range(100):
+        if standin.generating():
+            break
+        await asyncio.sleep(0.1)
+    assert standin.generating() == 1
+    assert (await api.post(f"/v1/runs/{run_id}/cancel")).status_code == 202
+    await wait_run(run_id)
+    # The stream would take 100 s more; closing it stopped the generation.
+    for _ in range(100):
+        if not standin.generating():
+            break
+        await asyncio.sleep(0.1)
+    assert standin.generating() == 0
+
+
+async def test_a_model_the_server_does_not_list_is_named_at_start(
+    settings: Settings, standin: StandIn
+) -> None:
+    problem = await model_problem(settings)
+    assert problem is not None
+    assert "does not list LONGRUN_MODEL 'test-model'" in problem and "standin-1" in problem
+    assert await model_problem(settings.model_copy(update={"model": "standin-1"})) is None
+    gone = settings.model_copy(update={"openai_base_url": "http://127.0.0.1:9/v1"})
+    unreachable = await model_problem(gone)
+    assert unreachable is not None and "127.0.0.1:9" in unreachable
