@@ -249,6 +249,12 @@ class Endpoint:
             # Also on cancel or timeout: closing the stream makes the server stop.
             await stream.close()
         if not chunks:
+            kind = stream.response.headers.get("content-type", "")
+            if not kind.startswith("text/event-stream"):
+                raise transient(
+                    f"model server {self.url} (model '{request['model']}') answered a "
+                    f"streamed request with {kind or 'no content type'}, not a stream"
+                )
             # llama.cpp answers a request it refuses, when streamed, with an empty or broken
             # stream; asked whole, it says why (a context window exceeded, say).
             return await self._whole(request)

@@ -73,6 +73,7 @@ class Settings(BaseSettings):
     model_timeout_s: float = Field(120.0, alias="LONGRUN_MODEL_TIMEOUT_S", gt=0)
     # How structured answers are asked for; `auto` starts with json_schema and falls back,
     # per model, to what the server accepts (see activities/endpoint.py).
+    model_retry_window_s: float = Field(1800.0, alias="LONGRUN_MODEL_RETRY_WINDOW_S", gt=0)
     structured_output: StructuredOutput = Field("auto", alias="LONGRUN_STRUCTURED_OUTPUT")
     model_stream: bool = Field(True, alias="LONGRUN_MODEL_STREAM")
     max_output_tokens: OutputTokens = Field(

@@ -200,6 +200,18 @@ async def test_an_answer_cut_at_max_tokens_is_still_an_answer(
     assert call["max_tokens"] == 20
 
 
+async def test_model_calls_ride_out_an_outage_longer_than_five_attempts(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    # Eight failures in a row (a restarting server that says when to come back): more
+    # than a count of attempts would allow; the retry window is 30 minutes.
+    standin.rule(match="outage", status=503, retry_after=0.2, times=8, message="restarting")
+    run = await wait_run(await submit(api, [{"id": "m", "model": {"prompt": "outage: hi"}}]))
+    assert run["status"] == "completed", run["error"]
+    assert run["steps"][0]["attempts"] == 9
+    assert [c["outcome"] for c in standin.calls("outage")] == ["503"] * 8 + ["ok"]
+
+
 async def test_a_stream_that_dies_is_retried(
     api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:

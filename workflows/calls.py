@@ -7,9 +7,11 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from workflows.common import (
+    MAX_RETRY_INTERVAL,
     MODEL_TIMEOUT,
     TOOL_HEARTBEAT_TIMEOUT,
     TOOL_TIMEOUT,
@@ -22,9 +24,11 @@ from workflows.common import (
 from workflows.ledger import CallKind, Ledger
 
 # Model calls heartbeat as they stream, so a dead worker costs this long, not the call's
-# whole timeout. Runs started before model calls heartbeated replay without it.
+# whole timeout; and they retry transient failures for a window of time rather than a
+# count, so a model server's restart does not fail a run. Runs started before replay
+# without either.
 MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
-MODEL_HEARTBEAT_PATCH = "model-heartbeat"
+MODEL_CALLS_PATCH = "model-heartbeat-retry-window"
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: a method reference and pydantic models, no I/O at import.
@@ -35,9 +39,10 @@ with workflow.unsafe.imports_passed_through():
 class Calls:
     """Activities of one run; calls that use the budget pass the ledger's checkpoint."""
 
-    def __init__(self, run_id: str, ledger: Ledger) -> None:
+    def __init__(self, run_id: str, ledger: Ledger, model_retry_window: timedelta) -> None:
         self.run_id = run_id
         self._ledger = ledger
+        self._window = model_retry_window
 
     async def tool(
         self,
@@ -77,13 +82,13 @@ class Calls:
     async def complete(
         self, request: ModelRequest, *, retry: RetrySpec | None, timeout_s: float | None
     ) -> ModelResult:
-        """One `model.complete` call of a plan step, with the step's retries and timeout."""
+        """One `model.complete` call of a plan step, with the step's retries (or the retry
+        window) and timeout."""
         return await workflow.execute_activity_method(
             ModelActivities.complete,
             request,
             start_to_close_timeout=timedelta(seconds=timeout_s) if timeout_s else MODEL_TIMEOUT,
-            heartbeat_timeout=_model_heartbeat(),
-            retry_policy=retry_policy(retry),
+            **self._model_options(retry),
             summary=f"step {request.step_id}: model {request.model}",
         )
 
@@ -92,17 +97,37 @@ class Calls:
     ) -> Any:
         """Run a model, check or memory activity with the default retries (after the
         checkpoint where it uses the budget)."""
+        if limit is MODEL_TIMEOUT:
+            options = self._model_options(None)
+        else:  # checks may run tools, which heartbeat often; memory calls are quick
+            options = {
+                "heartbeat_timeout": TOOL_HEARTBEAT_TIMEOUT if limit is VERIFY_TIMEOUT else None,
+                "retry_policy": retry_policy(None),
+            }
         return await workflow.execute_activity_method(
-            method,
-            arg,
-            start_to_close_timeout=limit,
-            # Checks may run tools, which heartbeat often; model calls as they stream.
-            heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT
-            if limit is VERIFY_TIMEOUT
-            else _model_heartbeat(),
-            retry_policy=retry_policy(None),
-            summary=summary,
+            method, arg, start_to_close_timeout=limit, **options, summary=summary
         )
+
+    def _model_options(self, retry: RetrySpec | None) -> dict[str, Any]:
+        """Heartbeat timeout and retries of a model call: a window of time, unless the
+        step sets its own retries."""
+        if not workflow.patched(MODEL_CALLS_PATCH):
+            return {"heartbeat_timeout": None, "retry_policy": retry_policy(retry)}
+        if retry is not None:
+            return {
+                "heartbeat_timeout": MODEL_HEARTBEAT_TIMEOUT,
+                "retry_policy": retry_policy(retry),
+            }
+        return {
+            "heartbeat_timeout": MODEL_HEARTBEAT_TIMEOUT,
+            "retry_policy": RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                backoff_coefficient=2.0,
+                maximum_interval=MAX_RETRY_INTERVAL,
+                maximum_attempts=0,  # bounded by the window instead
+            ),
+            "schedule_to_close_timeout": self._window,
+        }
 
     async def checked(
         self,
@@ -121,7 +146,3 @@ class Calls:
         except ActivityError as exc:
             message, _ = failure_of(exc)
             raise StepFailed(f"{summary} failed: {message}") from None
-
-
-def _model_heartbeat() -> timedelta | None:
-    return MODEL_HEARTBEAT_TIMEOUT if workflow.patched(MODEL_HEARTBEAT_PATCH) else None

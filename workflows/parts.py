@@ -3,6 +3,8 @@ agent loop all work through them."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from temporalio import workflow
 
 from workflows.approvals import Approvals
@@ -38,7 +40,8 @@ class RunParts:
         )
         self.approvals = Approvals(now, self.audit, self.steps, self.refresh)
         self.undo = UndoLog(self.audit)
-        self.calls = Calls(inp.run_id, self.ledger)
+        window = timedelta(seconds=inp.config.model_retry_window_s)
+        self.calls = Calls(inp.run_id, self.ledger, window)
         self.status = StatusBoard(inp, self.steps, self.approvals, self.ledger, display)
 
     def refresh(self) -> None:

@@ -193,6 +193,7 @@ def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput
         policy=policy,
         continue_as_new_every=settings.continue_as_new_every,
         prompt_token_budget=settings.prompt_token_budget,
+        model_retry_window_s=settings.model_retry_window_s,
     )
     budget = effective_budget(body.budget, settings.budget_defaults, settings.budget_ceilings)
     common = {

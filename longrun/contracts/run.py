@@ -58,6 +58,9 @@ class RunConfig(BaseModel):
     continue_as_new_every: int = Field(500, ge=1)
     # The most an actor prompt may hold, in estimated tokens (see longrun.context).
     prompt_token_budget: int = Field(12_000, ge=1000)
+    # How long a model call keeps retrying transient failures (an outage, a restart)
+    # before it fails, when its step sets no retry policy of its own.
+    model_retry_window_s: float = Field(1800.0, gt=0)
     prices: dict[str, Price] = Field(default_factory=dict)
     policy: Policy = Field(default_factory=Policy)
 
