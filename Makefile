@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit bench demo clean
+.PHONY: run test lint typecheck unit bench demo conformance clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ bench: $(STAMP)  ## speed, fault tolerance and prompt growth, printed, never ass
 
 demo: $(STAMP)  ## a goal-only run against the stack that `make run` started
 	$(BIN)/longrun demo
+
+conformance: $(STAMP)  ## what the model server in OPENAI_BASE_URL/LONGRUN_MODEL can do
+	$(BIN)/longrun conformance
 
 clean:
 	rm -rf $(VENV) .longrun .mypy_cache .ruff_cache .pytest_cache
