@@ -27,7 +27,7 @@ from workflows.ledger import CallKind, Ledger
 # whole timeout; and they retry transient failures for a window of time rather than a
 # count, so a model server's restart does not fail a run. Runs started before replay
 # without either.
-MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=20)
 MODEL_CALLS_PATCH = "model-heartbeat-retry-window"
 
 with workflow.unsafe.imports_passed_through():
