@@ -128,7 +128,10 @@ class Endpoint:
             try:
                 page = await self.client().models.list()
             except openai.APIError as exc:
-                raise self._error(exc, model=None) from None
+                error = self._error(exc, model=None)
+                if isinstance(error, ApplicationError):
+                    raise error from None
+                raise fatal(str(error), type="ModelListRejected") from None
             self._listed = {m.id: m.model_dump() for m in page.data}
         return self._listed
 
@@ -139,6 +142,7 @@ class Endpoint:
             try:
                 listed = (await self.models()).get(model) or {}
             except ApplicationError:
+                self._listed = {}  # a server without a model list: do not ask it again
                 listed = {}
             found = _window_in(listed)
             if found is not None:
