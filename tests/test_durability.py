@@ -78,6 +78,13 @@ def start_worker(settings: Settings, cwd: Path) -> subprocess.Popen[bytes]:
     raise AssertionError(f"worker did not start: {log.read_text()}")
 
 
+def _stop(*procs: subprocess.Popen[bytes] | None) -> None:
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _post(effects: Effects, name: str) -> dict[str, object]:
     return {
         "id": name,
@@ -123,10 +130,7 @@ async def test_worker_killed_mid_run_finishes_each_step_once(
         run = await wait_run(run_id, timeout_s=120)
         assert run["status"] == "completed", run
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        _stop(first, second)
 
     # Steps that completed before the kill did not run again.
     assert effects.arrivals["a"] == effects.arrivals["b"] == 1
@@ -217,10 +221,7 @@ async def test_worker_killed_after_a_model_call_does_not_repeat_it(
         assert decision.status_code == 202
         run = await wait_run(run_id, timeout_s=120)
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        _stop(first, second)
     assert run["status"] == "completed", run
     assert len(standin.calls(marker, role="plan")) == 1
     assert len(standin.calls(marker, role="act")) == 2
@@ -254,10 +255,7 @@ async def test_a_model_call_on_a_killed_worker_is_retried_within_its_heartbeat_t
         run = await wait_run(run_id, timeout_s=120)
         assert run["status"] == "completed", run
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        _stop(first, second)
     calls = standin.calls("stalled model")
     assert len(calls) == 2  # retried on the new worker, long before the stream would end
     assert run["steps"][0]["attempts"] == 2
