@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
 from pydantic import ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+log = logging.getLogger("longrun.activity")
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -37,19 +40,29 @@ def reported_with_attempt() -> Iterator[int]:
     """Re-raise any failure as an ApplicationError carrying the attempt number in its details.
 
     The workflow cannot see attempt counts of a failed activity otherwise; step status
-    shows them. Cancellation is a BaseException and passes through untouched.
+    shows them. A failure that will be retried is logged here in one line and goes to
+    history as its message and type only (the SDK would log and store a traceback of
+    every attempt). Cancellation is a BaseException and passes through untouched.
     """
-    attempt = activity.info().attempt
+    info = activity.info()
+    attempt = info.attempt
     try:
         yield attempt
     except ApplicationError as exc:
+        retried = not exc.non_retryable
+        if retried:
+            log.warning(
+                "%s attempt %d failed, retrying: %s", info.activity_type, attempt, exc.message
+            )
         raise ApplicationError(
             exc.message,
             {"attempt": attempt},
             type=exc.type,
             non_retryable=exc.non_retryable,
             next_retry_delay=exc.next_retry_delay,
-        ) from exc
+            # Benign: the SDK logs it at debug level instead of with a traceback.
+            category=ApplicationErrorCategory.BENIGN if retried else exc.category,
+        ) from None
     except ValidationError as exc:
         raise ApplicationError(
             f"invalid arguments: {exc}",

@@ -201,7 +201,11 @@ async def test_an_answer_cut_at_max_tokens_is_still_an_answer(
 
 
 async def test_model_calls_ride_out_an_outage_longer_than_five_attempts(
-    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+    api: httpx.AsyncClient,
+    worker: Worker,
+    standin: StandIn,
+    wait_run: Poll,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Eight failures in a row (a restarting server that says when to come back): more
     # than a count of attempts would allow; the retry window is 30 minutes.
@@ -210,6 +214,12 @@ async def test_model_calls_ride_out_an_outage_longer_than_five_attempts(
     assert run["status"] == "completed", run["error"]
     assert run["steps"][0]["attempts"] == 9
     assert [c["outcome"] for c in standin.calls("outage")] == ["503"] * 8 + ["ok"]
+    # One line a failed attempt, no tracebacks.
+    lines = [r for r in caplog.records if "answered 503: " in r.getMessage()]
+    assert len(lines) == 8
+    assert all(r.name == "longrun.activity" and r.exc_info is None for r in lines)
+    sdk = [r for r in caplog.records if r.name == "temporalio.activity" and r.levelno >= 30]
+    assert sdk == []
 
 
 async def test_a_stream_that_dies_is_retried(
