@@ -169,6 +169,39 @@ async def test_failing_verification_replans_then_asks_a_person(
     assert "write ok into output.txt" in guided[0]["messages"][1]["content"]
 
 
+async def test_a_replan_the_planner_cannot_make_asks_a_person(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    marker = "agent-noreplan"
+    standin.scenario(
+        [
+            {"match": marker, "role": "plan", "times": 1, "json": plan(("try", "make it"))},
+            {"match": marker, "role": "plan", "reply": "no more plans"},
+            {
+                "match": "This step is done",
+                "role": "judge",
+                "times": 2,
+                "json": {"passed": False, "reason": "nothing was made"},
+            },
+        ]
+    )
+    run_id = await start(api, goal=f"{marker}: make it", tools=[])
+    run = await wait_run(run_id, lambda r: r["status"] != "running")
+    assert run["status"] == "waiting_approval", run["error"]
+    [help_request] = run["pending_approvals"]
+    assert help_request["kind"] == "needs_help"
+    assert "replanning failed" in help_request["summary"]
+    assert "no valid plan in 3 attempts" in help_request["summary"]
+    response = await api.post(
+        f"/v1/runs/{run_id}/approvals/{help_request['approval_id']}",
+        json={"decision": "approve", "comment": "just say it is made"},
+    )
+    assert response.status_code == 202
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    assert run["replans"] == 1
+
+
 async def test_malformed_plan_json_is_reasked_and_recovered(
     api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:

@@ -63,7 +63,25 @@ async def test_fresh_histories_replay(
             {"id": "maybe", "tool": "echo", "requires_approval": True, "on_reject": "skip"},
             {"id": "after", "tool": "echo"},
         ],
+        # Model calls that heartbeat and retry for a window (the model-heartbeat-retry-window
+        # patch), a re-ask that quotes the reason, a step with its own retries.
+        "model_steps_streamed": [
+            {
+                "id": "city",
+                "model": {
+                    "prompt": "replay-city",
+                    "json_schema": {
+                        "type": "object",
+                        "properties": {"city": {"type": "string"}},
+                        "required": ["city"],
+                    },
+                    "max_tokens": 64,
+                },
+            },
+            {"id": "plain", "model": {"prompt": "replay plain"}, "retry": {"max_attempts": 2}},
+        ],
     }
+    standin.rule(match="replay-city", times=1, json={"town": "Oslo"})
     standin.scenario(
         [
             {

@@ -32,6 +32,8 @@ with workflow.unsafe.imports_passed_through():
 
 # Runs started before briefs, compaction and continue-as-new replay the way they ran.
 CONTEXT_PATCH = "agent-context"
+# Runs started before a failed replan asked a person fail the way they did.
+REPLAN_HELP_PATCH = "replan-needs-help"
 
 
 class AgentLoop:
@@ -106,7 +108,17 @@ class AgentLoop:
             if s.replans < self._spec.max_replans:
                 s.replans += 1
                 item.status = "failed"
-                fresh = await self._make_plan(context=self._replan_context(item, verdict.evidence))
+                try:
+                    fresh = await self._make_plan(self._replan_context(item, verdict.evidence))
+                except StepFailed as exc:
+                    if not workflow.patched(REPLAN_HELP_PATCH):
+                        raise
+                    # No new plan: a person decides, as when replans are used up.
+                    why = f"{verdict.evidence[:500]}; replanning failed: {exc}"
+                    s.feedback = await self._ask_for_help(item, why)
+                    item.attempts = 0
+                    item.status = "running"
+                    continue
                 for new in fresh:
                     new.id = f"r{s.replans}-{new.id}"[:64]
                 s.plan[s.index + 1 :] = fresh
