@@ -10,6 +10,7 @@ message, and every error names the URL and the model so a person knows what to f
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -321,7 +322,7 @@ class Endpoint:
         where = f"model server {self.url}" + (f" (model '{model}')" if model else "")
         if isinstance(exc, openai.APIStatusError):
             status, body = exc.status_code, _body_of(exc)
-            said = f"{where} answered {status}: {body[:500]}"
+            said = f"{where} answered {status}: {_message_in(body)[:500]}"
             most = _MAX_OUTPUT.search(body)
             if most is not None and status == 400:
                 return AnswerTooLong(said, int(most.group(1)))
@@ -434,6 +435,22 @@ def _body_of(exc: openai.APIStatusError) -> str:
         return exc.response.text or exc.message
     except httpx.ResponseNotRead:
         return exc.message
+
+
+def _message_in(body: str) -> str:
+    """The message of an error body: OpenAI's and llama.cpp's `{"error": {"message"}}`,
+    Ollama's `{"error": "..."}`, vLLM's `{"message"}`; otherwise the body itself."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(parsed, dict):
+        return body
+    error = parsed.get("error")
+    for said in (error.get("message") if isinstance(error, dict) else error, parsed.get("message")):
+        if isinstance(said, str) and said:
+            return said
+    return body
 
 
 def _window_from(text: str) -> int | None:

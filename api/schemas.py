@@ -24,10 +24,23 @@ class RunCreated(BaseModel):
     links: Links
 
 
+class RetryingCall(BaseModel):
+    """A call of a live run that has failed at least once and is being tried again."""
+
+    call: str = Field(description="what the call is for, e.g. 'step fetch: tool http'")
+    attempt: int = Field(description="the attempt now running or next to run")
+    last_error: str | None = None
+    next_attempt_at: datetime | None = None
+
+
 class RunDetail(RunState):
     """A run's full status."""
 
     links: Links
+    retrying: list[RetryingCall] = Field(
+        default_factory=list,
+        description="calls retrying now; their steps show the attempt and last error too",
+    )
 
 
 class RunSummary(BaseModel):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.failure.v1 import Failure
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
@@ -10,6 +13,8 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DefaultFailureConverter, PayloadConverter
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from longrun.settings import Settings
@@ -21,12 +26,32 @@ SEARCH_ATTRIBUTES = {
 }
 
 
+class ShortFailureConverter(DefaultFailureConverter):
+    """Failures as a person reads them in history and the Web UI: longrun's own errors
+    (ApplicationError) carry their message and type, not the frames that raised them; other
+    exceptions (bugs) keep their traceback, also as the cause of an error that wraps them."""
+
+    def to_failure(
+        self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure
+    ) -> None:
+        """See the base class; drops the stack trace of an ApplicationError."""
+        super().to_failure(exception, payload_converter, failure)
+        if isinstance(exception, ApplicationError):
+            failure.stack_trace = ""
+
+
+# The pydantic payload converter (runs pass pydantic models) with short failures.
+DATA_CONVERTER = dataclasses.replace(
+    pydantic_data_converter, failure_converter_class=ShortFailureConverter
+)
+
+
 async def connect(settings: Settings) -> Client:
     """A client for the configured server and namespace, with the pydantic converter."""
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         # Client interceptors apply to workers built on this client too.
         interceptors=[TracingInterceptor()],
     )

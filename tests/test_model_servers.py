@@ -222,6 +222,60 @@ async def test_model_calls_ride_out_an_outage_longer_than_five_attempts(
     assert sdk == []
 
 
+async def test_status_shows_the_attempt_and_last_error_of_a_retrying_step(
+    api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.rule(match="flaky-while-watched", status=503, retry_after=1, times=3, message="busy")
+    run_id = await submit(api, [{"id": "m", "model": {"prompt": "flaky-while-watched: hi"}}])
+    run = await wait_run(run_id, lambda r: any(c["attempt"] >= 2 for c in r["retrying"]))
+    [call] = run["retrying"]
+    assert call["call"] == "step m: model test-model"
+    assert call["last_error"].endswith("answered 503: busy")
+    [step] = run["steps"]
+    assert step["status"] == "running"
+    assert (step["attempts"], step["error"]) == (call["attempt"], call["last_error"])
+    # What history keeps of the failure is its message and type, no stack trace.
+    desc = await client.get_workflow_handle(run_id).describe()
+    [pending] = desc.raw_description.pending_activities
+    failure = pending.last_failure
+    assert failure.application_failure_info.type == "Transient"
+    assert failure.stack_trace == "" and not failure.HasField("cause")
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    assert run["retrying"] == [] and run["steps"][0]["attempts"] == 4
+    assert run["steps"][0]["error"] is None
+
+
+@pytest.mark.settings(model_retry_window_s=2.0)
+async def test_a_model_down_for_the_whole_window_pauses_the_run_until_resumed(
+    served: tuple[httpx.AsyncClient, Settings], standin: StandIn, wait_run: Poll
+) -> None:
+    api, _ = served
+    standin.rule(match="down-for-long", status=503, message="maintenance")
+    step = {"id": "m", "model": {"prompt": "down-for-long: hi"}}
+    run_id = await submit(api, [step])
+    run = await wait_run(run_id, lambda r: r["status"] == "paused", http=api)
+    assert run["pause_reason"] == "model_unavailable"
+    assert "answered 503: maintenance" in run["pause_detail"]
+    assert run["steps"][0]["status"] == "running"
+    tried = len(standin.calls("down-for-long"))
+    assert tried >= 2
+    # Held, not retrying: the server is asked no more until a person resumes.
+    await asyncio.sleep(1.5)
+    assert len(standin.calls("down-for-long")) == tried
+    standin.reset()
+    response = await api.post(f"/v1/runs/{run_id}/resume", json={"reason": "server is back"})
+    assert response.status_code == 202, response.text
+    run = await wait_run(run_id, http=api)
+    assert run["status"] == "completed", run["error"]
+    assert run["pause_reason"] is None and run["pause_detail"] is None
+    audit = (await api.get(f"/v1/runs/{run_id}/audit")).json()["entries"]
+    actions = [(e["action"], e["detail"]) for e in audit]
+    paused = [d for a, d in actions if a == "paused"]
+    assert len(paused) == 1 and paused[0].startswith("model unavailable: step m: model")
+    assert ("resume", "server is back") in actions
+
+
 async def test_a_stream_that_dies_is_retried(
     api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:

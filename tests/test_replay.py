@@ -14,11 +14,11 @@ from typing import Any
 
 import httpx
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
 from api.app import create_app
 from longrun.settings import Settings
+from longrun.temporal import DATA_CONVERTER
 from tests.helpers import Poll, StandIn, submit
 from workflows import RunWorkflow
 
@@ -26,7 +26,7 @@ HISTORIES = Path(__file__).parent / "histories"
 
 
 def _replayer() -> Replayer:
-    return Replayer(workflows=[RunWorkflow], data_converter=pydantic_data_converter)
+    return Replayer(workflows=[RunWorkflow], data_converter=DATA_CONVERTER)
 
 
 async def test_saved_histories_replay() -> None:
@@ -192,3 +192,30 @@ async def test_segments_of_a_plan_run_that_compensates_after_a_hand_over_replay(
         saved = HISTORIES / f"compensated_after_hand_over_{n}.json"
         if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
             saved.write_text(history.to_json())
+
+
+async def test_a_run_paused_for_its_model_and_resumed_replays(
+    settings: Settings, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    # The model-unavailable-pause and activity-ids patches: a window that runs out, a
+    # pause, a resume and the call asked again.
+    standin.rule(match="replay-down", status=503, message="down")
+    app = create_app(settings.model_copy(update={"model_retry_window_s": 1.0}))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://a"
+    ) as api:
+        run_id = await submit(
+            api,
+            [{"id": "first", "tool": "echo"}, {"id": "m", "model": {"prompt": "replay-down"}}],
+        )
+        await wait_run(run_id, lambda r: r["pause_reason"] == "model_unavailable", http=api)
+        standin.reset()
+        await api.post(f"/v1/runs/{run_id}/resume")
+        run = await wait_run(run_id, http=api)
+    assert run["status"] == "completed", run["error"]
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+    saved = HISTORIES / "model_paused_and_resumed.json"
+    if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
+        saved.write_text(history.to_json())

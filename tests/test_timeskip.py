@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities import REGISTRY
 from longrun.contracts import ApprovalDecision, Plan, RunConfig, RunInput, RunResult, Step
 from longrun.plans import normalize_plan
 from longrun.settings import Settings
+from longrun.temporal import DATA_CONVERTER
 from worker import serving
 from workflows import RunWorkflow
 
@@ -32,7 +32,7 @@ def _test_server() -> str:
 @pytest.fixture(scope="module")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
     async with await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=_test_server(), data_converter=pydantic_data_converter
+        test_server_existing_path=_test_server(), data_converter=DATA_CONVERTER
     ) as environment:
         yield environment
 

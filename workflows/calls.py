@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, RetryState
 
 from workflows.common import (
     MAX_RETRY_INTERVAL,
@@ -29,6 +29,14 @@ from workflows.ledger import CallKind, Ledger
 # without either.
 MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=20)
 MODEL_CALLS_PATCH = "model-heartbeat-retry-window"
+# A model call whose retry window runs out pauses the run (model_unavailable) until a
+# person resumes it, then asks again; runs started before fail the call.
+MODEL_PAUSE_PATCH = "model-unavailable-pause"
+# Activity ids say what a call is for ("step fetch: tool http #3"), so the API can show a
+# step's live attempts from the run's pending activities; runs started before keep the
+# SDK's numbers.
+ACTIVITY_IDS_PATCH = "activity-ids"
+ACTIVITY_ID_CHARS = 200
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: a method reference and pydantic models, no I/O at import.
@@ -43,6 +51,15 @@ class Calls:
         self.run_id = run_id
         self._ledger = ledger
         self._window = model_retry_window
+        self._scheduled = 0
+
+    def _id(self, summary: str) -> str | None:
+        """The activity id of a call with this summary, unique in the execution (None: the
+        SDK's number)."""
+        if not workflow.patched(ACTIVITY_IDS_PATCH):
+            return None
+        self._scheduled += 1
+        return f"{summary[:ACTIVITY_ID_CHARS]} #{self._scheduled}"
 
     async def tool(
         self,
@@ -68,6 +85,7 @@ class Calls:
             # Let the tool's own timeout (non-retryable) fire before Temporal's (retried), so
             # a slow command is stopped once instead of being started again.
             limit = max(limit, timedelta(seconds=own) + TOOL_TIMEOUT_MARGIN)
+        summary = f"step {step_id}: tool {tool}"
         result: ToolResult = await workflow.execute_activity(
             f"tool.{tool}",
             call,
@@ -75,7 +93,8 @@ class Calls:
             start_to_close_timeout=limit,
             heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
             retry_policy=retry_policy(retry),
-            summary=f"step {step_id}: tool {tool}",
+            summary=summary,
+            activity_id=self._id(summary),
         )
         return result
 
@@ -84,13 +103,14 @@ class Calls:
     ) -> ModelResult:
         """One `model.complete` call of a plan step, with the step's retries (or the retry
         window) and timeout."""
-        return await workflow.execute_activity_method(
+        result: ModelResult = await self._model(
             ModelActivities.complete,
             request,
-            start_to_close_timeout=timedelta(seconds=timeout_s) if timeout_s else MODEL_TIMEOUT,
-            **self._model_options(retry),
+            limit=timedelta(seconds=timeout_s) if timeout_s else MODEL_TIMEOUT,
+            retry=retry,
             summary=f"step {request.step_id}: model {request.model}",
         )
+        return result
 
     async def execute(
         self, method: Any, arg: Any, *, summary: str, limit: timedelta = MODEL_TIMEOUT
@@ -98,15 +118,39 @@ class Calls:
         """Run a model, check or memory activity with the default retries (after the
         checkpoint where it uses the budget)."""
         if limit is MODEL_TIMEOUT:
-            options = self._model_options(None)
-        else:  # checks may run tools, which heartbeat often; memory calls are quick
-            options = {
-                "heartbeat_timeout": TOOL_HEARTBEAT_TIMEOUT if limit is VERIFY_TIMEOUT else None,
-                "retry_policy": retry_policy(None),
-            }
+            return await self._model(method, arg, limit=limit, retry=None, summary=summary)
+        # Checks may run tools, which heartbeat often; memory calls are quick.
         return await workflow.execute_activity_method(
-            method, arg, start_to_close_timeout=limit, **options, summary=summary
+            method,
+            arg,
+            start_to_close_timeout=limit,
+            heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT if limit is VERIFY_TIMEOUT else None,
+            retry_policy=retry_policy(None),
+            summary=summary,
+            activity_id=self._id(summary),
         )
+
+    async def _model(
+        self, method: Any, arg: Any, *, limit: timedelta, retry: RetrySpec | None, summary: str
+    ) -> Any:
+        """A model activity; when its retry window runs out, the run waits for a person to
+        resume it and then asks again."""
+        while True:
+            try:
+                return await workflow.execute_activity_method(
+                    method,
+                    arg,
+                    start_to_close_timeout=limit,
+                    **self._model_options(retry),
+                    summary=summary,
+                    activity_id=self._id(summary),
+                )
+            except ActivityError as exc:
+                windowed = retry is None and exc.retry_state == RetryState.TIMEOUT
+                if not windowed or not workflow.patched(MODEL_PAUSE_PATCH):
+                    raise
+                message, _ = failure_of(exc)
+                await self._ledger.wait_for_model(f"{summary}: {message}")
 
     def _model_options(self, retry: RetrySpec | None) -> dict[str, Any]:
         """Heartbeat timeout and retries of a model call: a window of time, unless the

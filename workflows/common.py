@@ -11,6 +11,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
     from longrun.contracts import RetrySpec
@@ -66,6 +67,8 @@ def failure_of(exc: ActivityError) -> tuple[str, int]:
     if isinstance(exc.cause, CancelledError):
         raise asyncio.CancelledError from None
     cause = exc.cause
+    if isinstance(cause, TemporalTimeout) and isinstance(cause.cause, ApplicationError):
+        cause = cause.cause  # a window that ran out: the last attempt's failure says why
     if isinstance(cause, ApplicationError):
         attempt = 0
         if cause.details and isinstance(cause.details[0], dict):

@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
         Usage,
     )
 
-PauseReason = Literal["budget", "requested"]
+PauseReason = Literal["budget", "requested", "model_unavailable"]
 CallKind = Literal["model", "tool"]
 
 
@@ -50,8 +50,11 @@ class Ledger:
         self.started = started
         self.usage = Usage()
         self.pause_request: ControlRequest | None = None
-        self.pause_reason: PauseReason | None = None
         self.exhausted: list[str] = []
+        # Why the checkpoint holds the run (set by admit), and the error of a model that
+        # stayed unavailable for the whole retry window (set while a call waits).
+        self._held: PauseReason | None = None
+        self.model_down: str | None = None
 
     def restore(
         self, usage: Usage, budget: Budget, started: datetime, pause: ControlRequest | None
@@ -70,9 +73,11 @@ class Ledger:
         self.pause_request = request
 
     def resume(self, request: ControlRequest) -> None:
-        """Lift a pause a person asked for (a budget pause needs a bigger budget)."""
+        """Lift a pause a person asked for, or one for an unavailable model (which is then
+        asked again); a budget pause needs a bigger budget."""
         self._audit.record(request.actor, "resume", request.reason)
         self.pause_request = None
+        self.model_down = None
 
     def set_limits(self, limits: Limits, actor: str) -> None:
         """Change limits; unset ones stay as they are."""
@@ -144,8 +149,8 @@ class Ledger:
         if "max_duration_s" in exhausted and self.budget.on_budget_exhausted == "fail":
             raise StepFailed(f"the run's time budget ({self.budget.max_duration_s:g} s) is used up")
         if not exhausted and self.pause_request is None:
-            if self.pause_reason is not None:
-                self.pause_reason = None
+            if self._held is not None:
+                self._held = None
                 self.exhausted = []
                 self._on_change()
             if kind == "model":
@@ -154,8 +159,8 @@ class Ledger:
                 self.usage.tool_calls += 1
             return True
         reason: PauseReason = "budget" if exhausted else "requested"
-        if (reason, exhausted) != (self.pause_reason, self.exhausted):
-            self.pause_reason, self.exhausted = reason, exhausted
+        if (reason, exhausted) != (self._held, self.exhausted):
+            self._held, self.exhausted = reason, exhausted
             if exhausted:
                 self._audit.record("longrun", "paused", "budget exhausted: " + ", ".join(exhausted))
             self._on_change()
@@ -168,9 +173,25 @@ class Ledger:
             # Wait until something that decided this pause changes, then look again.
             await self._until_changed(self._snapshot())
 
+    async def wait_for_model(self, error: str) -> None:
+        """Hold the run after a model stayed unavailable for the whole retry window, until
+        a person resumes it; the caller then asks the model again."""
+        if self.model_down is None:
+            self._audit.record("longrun", "paused", f"model unavailable: {error}")
+        self.model_down = error
+        self._on_change()
+        await workflow.wait_condition(lambda: self.model_down is None)
+        self._on_change()
+
+    @property
+    def pause_reason(self) -> PauseReason | None:
+        """Why the run holds, if it does."""
+        return "model_unavailable" if self.model_down is not None else self._held
+
     def end_pause(self) -> None:
         """An ended run is paused no more."""
-        self.pause_reason = None
+        self._held = None
+        self.model_down = None
 
     async def _until_changed(self, seen: tuple[bool, list[str]]) -> None:
         await workflow.wait_condition(lambda: self._snapshot() != seen)

@@ -113,6 +113,7 @@ class StatusBoard:
             error=self.error,
             budget=self._ledger.view(),
             pause_reason=self._ledger.pause_reason,
+            pause_detail=self._ledger.model_down,
             exhausted=self._ledger.exhausted,
         )
         if self.agent is not None:
@@ -140,6 +141,8 @@ class StatusBoard:
         waits = self._approvals.waits()
         if waits:
             details.append("waiting for approval: " + ", ".join(waits))
+        if self._ledger.model_down:
+            details.append(f"model unavailable (resume to ask again): {self._ledger.model_down}")
         if self.error:
             details.append(f"error: {self.error}")
         self._display.details("\n".join(details))

@@ -28,6 +28,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
+from api.attempts import show_retries
 from api.auth import Approver, Operator, Principal, Reader, Submitter
 from api.deps import Gateway, PolicyDep, SettingsDep, TemporalClient
 from api.schemas import (
@@ -361,6 +362,8 @@ async def get_run(
         detail.error = (
             detail.error or f"run ended by Temporal: {desc.status.name if desc.status else '?'}"
         )
+    elif final not in FINAL_RUN_STATUSES:
+        show_retries(detail, desc)
     return detail
 
 

@@ -102,7 +102,10 @@ class RunState(BaseModel):
     result: Any = None
     error: str | None = None
     budget: BudgetView = Field(default_factory=BudgetView)
-    pause_reason: Literal["budget", "requested"] | None = None
+    pause_reason: Literal["budget", "requested", "model_unavailable"] | None = None
+    pause_detail: str | None = Field(
+        None, description="for model_unavailable: the model's last error; resume to ask again"
+    )
     exhausted: list[str] = Field(default_factory=list)
     # Goal-only runs:
     phase: Phase | None = None
