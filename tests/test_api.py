@@ -221,6 +221,52 @@ async def test_second_decision_is_409_and_changes_nothing(
     assert (await api.post(f"/v1/runs/{run_id}/cancel")).status_code == 409
 
 
+async def test_concurrent_decisions_take_exactly_one(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+) -> None:
+    run_id = await submit(api, [{"id": "gate", "approval": {"message": "ship it?"}}])
+    await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+    url = f"/v1/runs/{run_id}/approvals/apr-gate"
+    # Ten approvals and ten rejections at once, each a different comment.
+    bodies = [
+        {"decision": "approve" if i % 2 else "reject", "comment": f"caller {i}"} for i in range(20)
+    ]
+    answers = await asyncio.gather(*(api.post(url, json=b) for b in bodies))
+    won = [b for b, r in zip(bodies, answers, strict=True) if r.status_code == 202]
+    assert len(won) == 1, [r.status_code for r in answers]
+    assert sorted(r.status_code for r in answers) == [202] + [409] * 19
+    # Every other caller is told what won (and, once it has, that the run ended).
+    won_by = f"approval 'apr-gate' was already decided: {won[0]['decision']} by local"
+    lost = [r.json()["detail"] for r in answers if r.status_code == 409]
+    assert all(detail.startswith(won_by) for detail in lost), lost
+    run = await wait_run(run_id)
+    [record] = run["approvals"]
+    assert (record["decision"], record["comment"]) == (won[0]["decision"], won[0]["comment"])
+    audit = (await api.get(f"/v1/runs/{run_id}/audit")).json()["entries"]
+    assert [e["action"] for e in audit].count(won[0]["decision"]) == 1
+
+
+async def test_pause_and_resume_are_taken_once_and_refused_when_they_change_nothing(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+) -> None:
+    run_id = await submit(api, [{"id": "gate", "approval": {"message": "go?"}}])
+    await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+    url = f"/v1/runs/{run_id}"
+    not_paused = await api.post(f"{url}/resume")
+    assert (not_paused.status_code, not_paused.json()["detail"]) == (409, "the run is not paused")
+    pauses = await asyncio.gather(*(api.post(f"{url}/pause") for _ in range(5)))
+    assert sorted(r.status_code for r in pauses) == [202, 409, 409, 409, 409]
+    resumes = await asyncio.gather(*(api.post(f"{url}/resume") for _ in range(5)))
+    assert sorted(r.status_code for r in resumes) == [202, 409, 409, 409, 409]
+    budget = await api.post(f"{url}/budget", json={"max_tool_calls": 5})
+    assert budget.status_code == 202
+    await api.post(f"{url}/approvals/apr-gate", json={"decision": "approve"})
+    assert (await wait_run(run_id))["status"] == "completed"
+    for action in ("pause", "resume"):
+        ended = await api.post(f"{url}/{action}")
+        assert ended.status_code == 409 and "already ended" in ended.json()["detail"]
+
+
 async def test_list_filters_by_status_and_label_and_paginates(
     api: httpx.AsyncClient, worker: Worker, settings: Settings, wait_run: Poll
 ) -> None:

@@ -87,8 +87,8 @@ async def test_who_may_read_decide_and_cancel(
     for who, code in [("viewer", 403), ("sub", 403), ("approver", 202), ("admin", 202)]:
         response = await http.post(budget, json={"max_tool_calls": 9}, headers=bearer(who))
         assert response.status_code == code, who
-    for action in ("pause", "resume"):
-        for who, code in [("viewer", 403), ("sub2", 403), ("sub", 202), ("approver", 202)]:
+    for who, code in [("viewer", 403), ("sub2", 403), ("sub", 202), ("approver", 202)]:
+        for action in ("pause", "resume"):
             response = await http.post(f"{run_url}/{action}", headers=bearer(who))
             assert response.status_code == code, (action, who)
 

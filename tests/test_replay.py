@@ -219,3 +219,29 @@ async def test_a_run_paused_for_its_model_and_resumed_replays(
     saved = HISTORIES / "model_paused_and_resumed.json"
     if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
         saved.write_text(history.to_json())
+
+
+async def test_a_run_changed_by_updates_replays(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    # Decisions, pauses, resumes and budget changes taken as workflow updates.
+    run_id = await submit(
+        api, [{"id": "gate", "approval": {"message": "go?"}}, {"id": "after", "tool": "echo"}]
+    )
+    await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+    url = f"/v1/runs/{run_id}"
+    assert (await api.post(f"{url}/pause", json={"reason": "look first"})).status_code == 202
+    assert (await api.post(f"{url}/budget", json={"max_tool_calls": 3})).status_code == 202
+    assert (await api.post(f"{url}/approvals/apr-gate", json={"decision": "approve"})).is_success
+    refused = await api.post(f"{url}/approvals/apr-gate", json={"decision": "reject"})
+    assert refused.status_code == 409
+    await wait_run(run_id, lambda r: r["status"] == "paused")
+    assert (await api.post(f"{url}/resume")).status_code == 202
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+    saved = HISTORIES / "changed_by_updates.json"
+    if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
+        saved.write_text(history.to_json())

@@ -126,6 +126,10 @@ def test_ledger_counts_calls_and_holds_at_an_exhausted_limit() -> None:
     assert ledger.admit("model") is False
     assert ledger.admit("model") is False  # still held, recorded once
     assert (ledger.pause_reason, ledger.exhausted) == ("budget", ["max_model_calls"])
+    assert ledger.resume_refusal() == (
+        "NotPaused",
+        "the run holds for its budget (max_model_calls); raise the limits instead",
+    )
     paused = [e for e in parts.audit.entries if e.action == "paused"]
     assert [e.detail for e in paused] == ["budget exhausted: max_model_calls"]
     assert ledger.usage.model_calls == 1  # a held call is not counted
@@ -142,9 +146,13 @@ def test_ledger_counts_calls_and_holds_at_an_exhausted_limit() -> None:
 def test_ledger_holds_a_requested_pause_until_resumed() -> None:
     parts, _, _ = _parts()
     ledger = parts.ledger
+    assert ledger.resume_refusal() == ("NotPaused", "the run is not paused")
+    assert ledger.pause_refusal() is None
     ledger.pause(ControlRequest(actor="ann", reason="lunch"))
+    assert ledger.pause_refusal() == ("AlreadyPaused", "the run is already paused by ann")
     assert ledger.admit("tool") is False
     assert ledger.pause_reason == "requested" and ledger.exhausted == []
+    assert ledger.resume_refusal() is None
     ledger.resume(ControlRequest(actor="bob"))
     assert ledger.admit("tool") is True
     actions = [(e.actor, e.action) for e in parts.audit.entries]
@@ -186,6 +194,13 @@ def test_approvals_first_decision_wins_and_ids_stay_unique() -> None:
         ApprovalDecision(approval_id="apr-gate", decision="approve", actor="b")
     )
     assert not approvals.decide(ApprovalDecision(approval_id="apr-none", decision="approve"))
+    late = ApprovalDecision(approval_id="apr-gate", decision="approve", actor="b")
+    assert approvals.refusal(late) == (
+        "AlreadyDecided",
+        "approval 'apr-gate' was already decided: reject by a",
+    )
+    unknown = ApprovalDecision(approval_id="apr-none", decision="approve")
+    assert approvals.refusal(unknown) == ("UnknownApproval", "the run has no approval 'apr-none'")
     assert (first.decision, first.decided_by, first.decided_at) == ("reject", "a", clock.now)
     assert approvals.pending() == []
     assert [(e.actor, e.action) for e in parts.audit.entries][1:] == [("a", "reject")]

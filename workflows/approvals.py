@@ -86,12 +86,25 @@ class Approvals:
         await workflow.wait_condition(lambda: record.decision is not None)
         return record
 
-    def decide(self, decision: ApprovalDecision) -> bool:
-        """Take a person's decision; False (and nothing changes) if the request is unknown
-        or already decided."""
+    def refusal(self, decision: ApprovalDecision) -> tuple[str, str] | None:
+        """Why a decision cannot be taken, as (kind, message): "UnknownApproval" or
+        "AlreadyDecided" (naming the decision that won); None if it can."""
+        record = self.records.get(decision.approval_id)
+        if record is None:
+            return "UnknownApproval", f"the run has no approval '{decision.approval_id}'"
+        if record.decision is not None:
+            return "AlreadyDecided", (
+                f"approval '{record.approval_id}' was already decided: "
+                f"{record.decision} by {record.decided_by}"
+            )
+        return None
+
+    def decide(self, decision: ApprovalDecision) -> ApprovalRecord | None:
+        """Take a person's decision and return the decided request; None (and nothing
+        changes) if the request is unknown or already decided."""
         record = self.records.get(decision.approval_id)
         if record is None or record.decision is not None:
-            return False
+            return None
         del self.undecided[decision.approval_id]
         record.decision = decision.decision
         record.decided_at = self._now()
@@ -101,7 +114,7 @@ class Approvals:
         if decision.comment:
             detail += f": {decision.comment}"
         self._audit.record(decision.actor, decision.decision, detail)
-        return True
+        return _decided(record)
 
     def close(self) -> None:
         """An ended run waits for nobody."""

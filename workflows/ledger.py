@@ -79,6 +79,23 @@ class Ledger:
         self.pause_request = None
         self.model_down = None
 
+    def pause_refusal(self) -> tuple[str, str] | None:
+        """Why a pause cannot be asked for now, as (kind, message), or None."""
+        if self.pause_request is not None:
+            return "AlreadyPaused", f"the run is already paused by {self.pause_request.actor}"
+        return None
+
+    def resume_refusal(self) -> tuple[str, str] | None:
+        """Why there is nothing to resume, as (kind, message), or None."""
+        if self.pause_request is not None or self.model_down is not None:
+            return None
+        if self._held == "budget":
+            return "NotPaused", (
+                "the run holds for its budget (" + ", ".join(self.exhausted) + "); "
+                "raise the limits instead"
+            )
+        return "NotPaused", "the run is not paused"
+
     def set_limits(self, limits: Limits, actor: str) -> None:
         """Change limits; unset ones stay as they are."""
         given = limits.model_dump(exclude_none=True)

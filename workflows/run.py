@@ -26,8 +26,10 @@ with workflow.unsafe.imports_passed_through():
     # one class identity for the pydantic data converter.
     from longrun.contracts import (
         ApprovalDecision,
+        ApprovalRecord,
         AuditTrail,
         BudgetChange,
+        BudgetView,
         CancelNote,
         ControlRequest,
         RunInput,
@@ -97,11 +99,52 @@ class RunWorkflow:
 
     @workflow.signal(name="decide")
     def decide(self, decision: ApprovalDecision) -> None:
-        """A person's decision on an approval request; the first decision wins."""
+        """A person's decision on an approval request; the first decision wins (the API
+        uses the `decide_approval` update, which tells the others they lost)."""
         if not self._p.approvals.decide(decision):
             workflow.logger.warning(
                 "ignoring decision on %s: unknown or decided", decision.approval_id
             )
+
+    # Updates: exactly one caller's change is taken, and every other caller learns why
+    # not. A validator and its (synchronous) handler run with nothing in between, so two
+    # decisions on one request cannot both pass.
+
+    @workflow.update(name="decide_approval")
+    def decide_approval(self, decision: ApprovalDecision) -> ApprovalRecord:
+        """A person's decision on an approval request; returns the decided request."""
+        record = self._p.approvals.decide(decision)
+        if record is None:  # the validator lets through only what decide takes
+            raise ApplicationError("decision not taken", type="AlreadyDecided")
+        return record
+
+    @decide_approval.validator
+    def _may_decide(self, decision: ApprovalDecision) -> None:
+        _refuse(self._p.approvals.refusal(decision))
+
+    @workflow.update(name="pause_run")
+    def pause_run(self, request: ControlRequest) -> None:
+        """Stop before the next model or tool call; refused if already paused."""
+        self._p.ledger.pause(request)
+
+    @pause_run.validator
+    def _may_pause(self, request: ControlRequest) -> None:
+        _refuse(self._p.ledger.pause_refusal())
+
+    @workflow.update(name="resume_run")
+    def resume_run(self, request: ControlRequest) -> None:
+        """Lift a pause asked for, or one for an unavailable model; refused otherwise."""
+        self._p.ledger.resume(request)
+
+    @resume_run.validator
+    def _may_resume(self, request: ControlRequest) -> None:
+        _refuse(self._p.ledger.resume_refusal())
+
+    @workflow.update(name="change_budget")
+    def change_budget(self, change: BudgetChange) -> BudgetView:
+        """Change limits; returns the budget as it is after this change."""
+        self._p.ledger.set_limits(change.limits, change.actor)
+        return self._p.ledger.view()
 
     # --- the run ----------------------------------------------------------------------------
 
@@ -146,3 +189,10 @@ class RunWorkflow:
         p.steps.cancel_open()
         p.status.publish()
         p.refresh()
+
+
+def _refuse(refusal: tuple[str, str] | None) -> None:
+    """Reject an update, its kind as the error type the API maps to a status code."""
+    if refusal is not None:
+        kind, message = refusal
+        raise ApplicationError(message, type=kind, non_retryable=True)

@@ -7,7 +7,9 @@ import binascii
 import hashlib
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query
@@ -17,6 +19,8 @@ from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import (
     SearchAttributePair,
@@ -24,7 +28,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
@@ -376,30 +380,67 @@ async def decide_approval(
     settings: SettingsDep,
     caller: Approver,
 ) -> Accepted:
-    """Approve or reject a gated step; delivered to the run as a signal."""
+    """Approve or reject a gated step. Exactly one decision on a request is taken: every
+    other caller gets 409 naming the decision that won."""
     handle, desc = await describe_run(client, run_id)
-    state = await _query_state(handle)
-    record = next((a for a in state.approvals if a.approval_id == approval_id), None)
-    if record is None:
-        raise HTTPException(404, f"run '{run_id}' has no approval '{approval_id}'")
-    if record.decision is not None:
-        raise HTTPException(409, f"approval '{approval_id}' was already decided: {record.decision}")
     if _status_of(desc) in FINAL_RUN_STATUSES:
-        raise HTTPException(409, f"run '{run_id}' has already ended")
+        await _ended_decision(handle, run_id, approval_id)
     # Without API keys everyone is the same local caller, so four eyes cannot apply.
     four_eyes = settings.four_eyes and bool(settings.api_keys)
     if four_eyes and await desc.memo_value("owner", None) == caller.name:
         raise HTTPException(403, "four-eyes rule: approve steps of runs you did not start")
-    await handle.signal(
-        RunWorkflow.decide,
-        ApprovalDecision(
-            approval_id=approval_id,
-            decision=body.decision,
-            comment=body.comment,
-            actor=caller.name,
-        ),
+    decision = ApprovalDecision(
+        approval_id=approval_id, decision=body.decision, comment=body.comment, actor=caller.name
     )
-    return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' delivered")
+    ended = partial(_ended_decision, handle, run_id, approval_id)
+    await _update(handle, run_id, RunWorkflow.decide_approval, decision, ended=ended)
+    return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' taken")
+
+
+async def _ended_decision(handle: WorkflowHandle[Any, Any], run_id: str, approval_id: str) -> None:
+    """Refuse a decision on an ended run: 404 for an approval it never asked for, else
+    409 naming the decision taken, if one was."""
+    state = await _query_state(handle)
+    record = next((a for a in state.approvals if a.approval_id == approval_id), None)
+    if record is None:
+        raise HTTPException(404, f"run '{run_id}' has no approval '{approval_id}'")
+    decided = ""
+    if record.decision is not None:
+        decided = f"approval '{approval_id}' was already decided: {record.decision} by "
+        decided += f"{record.decided_by}; "
+    raise HTTPException(409, f"{decided}run '{run_id}' has already ended")
+
+
+async def _update(
+    handle: WorkflowHandle[Any, Any],
+    run_id: str,
+    update: Any,
+    arg: Any,
+    *,
+    ended: Callable[[], Awaitable[None]] | None = None,
+) -> Any:
+    """Ask a run to change through a workflow update; its refusal is 404 (no such
+    approval) or 409, a run that ended meanwhile 409 (or what `ended` raises), no worker
+    answering 503."""
+    try:
+        return await handle.execute_update(update, arg, rpc_timeout=QUERY_TIMEOUT)
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        if not isinstance(cause, ApplicationError):
+            raise
+        raise HTTPException(
+            404 if cause.type == "UnknownApproval" else 409, cause.message
+        ) from None
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise HTTPException(
+            503, "no longrun worker took the change in time; is a worker running?"
+        ) from None
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            if ended is not None:
+                await ended()
+            raise HTTPException(409, f"run '{run_id}' has already ended") from None
+        raise
 
 
 @router.post("/{run_id}/cancel", status_code=202)
@@ -434,7 +475,7 @@ async def pause_run(
     run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
     """Pause a run: the call in flight finishes, then it waits for `resume`."""
-    return await _control(client, run_id, caller, body, "pause", RunWorkflow.pause)
+    return await _control(client, run_id, caller, body, "pause", RunWorkflow.pause_run)
 
 
 @router.post("/{run_id}/resume", status_code=202)
@@ -442,7 +483,7 @@ async def resume_run(
     run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
     """Resume a run paused on request (a budget pause needs a bigger budget)."""
-    return await _control(client, run_id, caller, body, "resume", RunWorkflow.resume)
+    return await _control(client, run_id, caller, body, "resume", RunWorkflow.resume_run)
 
 
 async def _control(
@@ -451,12 +492,12 @@ async def _control(
     caller: Principal,
     body: ReasonRequest | None,
     action: str,
-    signal: Any,
+    update: Any,
 ) -> Accepted:
     handle = await _live_run(client, run_id, caller, action, others="approver")
     reason = body.reason if body else None
-    await handle.signal(signal, ControlRequest(actor=caller.name, reason=reason))
-    return Accepted(run_id=run_id, detail=f"{action} requested")
+    await _update(handle, run_id, update, ControlRequest(actor=caller.name, reason=reason))
+    return Accepted(run_id=run_id, detail=f"{action} taken")
 
 
 @router.post("/{run_id}/budget", status_code=202)
@@ -468,8 +509,10 @@ async def change_budget(
     if errors:
         raise _invalid(errors)
     handle = await _live_run(client, run_id, caller, "change the budget of", others="approver")
-    await handle.signal(RunWorkflow.set_budget, BudgetChange(limits=body, actor=caller.name))
-    return Accepted(run_id=run_id, detail="budget change delivered")
+    await _update(
+        handle, run_id, RunWorkflow.change_budget, BudgetChange(limits=body, actor=caller.name)
+    )
+    return Accepted(run_id=run_id, detail="budget change taken")
 
 
 @router.get("/{run_id}/steps/{step_id}")
