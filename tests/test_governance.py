@@ -82,13 +82,27 @@ async def test_time_budget_pauses_or_fails_as_the_run_says(
 ) -> None:
     steps = [{"id": "nap", "wait": {"seconds": 1.2}}, {"id": "after", "tool": "echo"}]
     paused = await submit(api, steps, budget={"max_duration_s": 1})
-    failed = await submit(api, steps, budget={"max_duration_s": 1, "on_budget_exhausted": "fail"})
+    # A run that fails at its time budget fails while it waits, for a timer or a person.
+    fail = {"max_duration_s": 1, "on_budget_exhausted": "fail"}
+    long_nap = [{"id": "nap", "wait": {"seconds": 600}}, {"id": "after", "tool": "echo"}]
+    failed = await submit(api, long_nap, budget=fail)
+    gate = [{"id": "gate", "approval": {"message": "ok?"}}]
+    gated = await submit(api, gate, budget=fail)
+    raised = await submit(api, gate, budget={**fail, "max_duration_s": 3})
+    assert (await api.post(f"/v1/runs/{raised}/budget", json={"max_duration_s": 3600})).is_success
     run = await wait_run(paused, lambda r: r["status"] == "paused")
     assert run["exhausted"] == ["max_duration_s"]
     run = await wait_run(failed)
-    assert run["status"] == "failed"
-    assert "time budget" in run["error"]
-    assert run["steps"][1]["status"] == "failed"  # stopped before its call
+    assert (run["status"], run["error"]) == ("failed", "the run's time budget (1 s) is used up")
+    assert [s["status"] for s in run["steps"]] == ["cancelled", "cancelled"]
+    assert run["steps"][1]["error"] == "not started: the run's time budget (1 s) is used up"
+    run = await wait_run(gated)
+    assert (run["status"], run["error"]) == ("failed", "the run's time budget (1 s) is used up")
+    assert run["pending_approvals"] == []
+    await asyncio.sleep(3.5)  # past the first limit: the raised one holds
+    decided = await api.post(f"/v1/runs/{raised}/approvals/apr-gate", json={"decision": "approve"})
+    assert decided.status_code == 202, decided.text
+    assert (await wait_run(raised))["status"] == "completed"
     await api.post(f"/v1/runs/{paused}/budget", json={"max_duration_s": 3600})
     assert (await wait_run(paused))["status"] == "completed"
 

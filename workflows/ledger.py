@@ -126,6 +126,18 @@ class Ledger:
         """Seconds since the run started (across continue-as-new)."""
         return (self._now() - self.started).total_seconds()
 
+    def time_left(self) -> float | None:
+        """Seconds until a time budget that fails the run is used up (None: no such
+        budget)."""
+        limit = self.budget.max_duration_s
+        if limit is None or self.budget.on_budget_exhausted != "fail":
+            return None
+        return max(0.0, limit - self.elapsed_s())
+
+    def time_up(self) -> str:
+        """Why a run whose time budget is used up fails."""
+        return f"the run's time budget ({self.budget.max_duration_s:g} s) is used up"
+
     def used(self) -> dict[str, float]:
         """What the run has used, by the name of the limit it counts against."""
         u = self.usage
@@ -164,7 +176,7 @@ class Ledger:
         time budget with `on_budget_exhausted: fail` fails the run."""
         exhausted = self.exhausted_limits()
         if "max_duration_s" in exhausted and self.budget.on_budget_exhausted == "fail":
-            raise StepFailed(f"the run's time budget ({self.budget.max_duration_s:g} s) is used up")
+            raise StepFailed(self.time_up())
         if not exhausted and self.pause_request is None:
             if self._held is not None:
                 self._held = None

@@ -9,6 +9,9 @@ the work through them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from functools import partial
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -17,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 from workflows.agent import AgentLoop
 from workflows.common import StepFailed
 from workflows.handover import HandOver
+from workflows.ledger import Ledger
 from workflows.parts import RunParts
 from workflows.scheduler import PlanScheduler
 from workflows.status import TemporalDisplay
@@ -28,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         ApprovalDecision,
         ApprovalRecord,
         AuditTrail,
+        Budget,
         BudgetChange,
         BudgetView,
         CancelNote,
@@ -39,6 +44,12 @@ with workflow.unsafe.imports_passed_through():
         StepQuery,
         StepState,
     )
+
+T = TypeVar("T")
+
+# A time budget that fails the run fails it while it waits too; runs started before fail
+# only at their next call.
+TIME_BUDGET_PATCH = "time-budget-while-waiting"
 
 
 # Invalid data met inside the workflow fails the run with its message instead of retrying
@@ -155,9 +166,10 @@ class RunWorkflow:
         p.refresh()
         try:
             if self._agent is not None:
-                p.status.result = await self._agent.run()
+                p.status.result = await self._in_time(self._agent.run())
             elif inp.plan is not None:
-                p.status.result = await PlanScheduler(p, self._handover, inp.plan).run()
+                scheduler = PlanScheduler(p, self._handover, inp.plan)
+                p.status.result = await self._in_time(scheduler.run())
         except asyncio.CancelledError:
             await self._end("cancelled", "cancelled on request", p.undo.compensate_on_cancel)
             raise
@@ -167,6 +179,29 @@ class RunWorkflow:
             raise ApplicationError(str(exc), type="RunFailed", non_retryable=True) from None
         self._finish("completed", None)
         return RunResult(outputs=p.status.result or {})
+
+    async def _in_time(self, work: Coroutine[Any, Any, T]) -> T:
+        """Do the run's work; a time budget that fails the run ends it when time is up,
+        also while it waits for a person or a timer (calls check it themselves)."""
+        if not workflow.patched(TIME_BUDGET_PATCH):
+            return await work
+        task = asyncio.create_task(work)
+        ledger = self._p.ledger
+        try:
+            while not task.done():
+                # Until the work ends or its limits change (which sets the clock again).
+                moved = partial(_moved, task, ledger, ledger.budget)
+                try:
+                    await workflow.wait_condition(moved, timeout=ledger.time_left())
+                except TimeoutError:
+                    task.cancel(ledger.time_up())
+                    await asyncio.gather(task, return_exceptions=True)
+                    raise StepFailed(ledger.time_up()) from None
+        except asyncio.CancelledError:  # the run is cancelled: so is its work
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
+        return task.result()
 
     async def _end(self, status: RunStatusName, error: str, compensate: bool) -> None:
         """End a run early, undoing completed steps first if asked; always record the end."""
@@ -196,3 +231,7 @@ def _refuse(refusal: tuple[str, str] | None) -> None:
     if refusal is not None:
         kind, message = refusal
         raise ApplicationError(message, type=kind, non_retryable=True)
+
+
+def _moved(task: asyncio.Task[Any], ledger: Ledger, seen: Budget) -> bool:
+    return task.done() or ledger.budget is not seen

@@ -84,7 +84,8 @@ class PlanScheduler:
                     await self._handover.hand_over(running)
         # Not BaseException: other exceptions (eviction's among them) pass through.
         except (StepFailed, asyncio.CancelledError) as exc:
-            reason = str(exc) if isinstance(exc, StepFailed) else "run cancelled"
+            # A cancellation may say why (the time budget); Temporal's says nothing.
+            reason = str(exc) or "run cancelled"
             for task in running.values():
                 task.cancel()
             await asyncio.gather(*running.values(), return_exceptions=True)
