@@ -245,3 +245,24 @@ async def test_a_run_changed_by_updates_replays(
     saved = HISTORIES / "changed_by_updates.json"
     if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
         saved.write_text(history.to_json())
+
+
+async def test_a_run_out_of_time_while_waiting_replays(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    # The time-budget-while-waiting patch: a limit raised (a new timer), then time up at
+    # an approval gate while a timer step sleeps beside it.
+    run_id = await submit(
+        api,
+        [{"id": "gate", "approval": {"message": "go?"}}, {"id": "nap", "wait": {"seconds": 60}}],
+        budget={"max_duration_s": 0.5, "on_budget_exhausted": "fail"},
+    )
+    assert (await api.post(f"/v1/runs/{run_id}/budget", json={"max_duration_s": 1})).is_success
+    run = await wait_run(run_id)
+    assert run["status"] == "failed" and "time budget (1 s)" in run["error"], run
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+    saved = HISTORIES / "time_budget_while_waiting.json"
+    if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
+        saved.write_text(history.to_json())
