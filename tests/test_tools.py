@@ -217,10 +217,26 @@ async def test_shell_timeout_kills_the_command(tools: Tools, workspace: Path) ->
 
 
 async def test_shell_timeout_kills_background_children_too(tools: Tools, workspace: Path) -> None:
-    # The leader exits at once; its child keeps stdout open until the timeout.
-    argv = ["sh", "-c", "sleep 30 & echo $! > pid"]
+    # The leader keeps running and its child holds stdout open until the timeout.
+    argv = ["sh", "-c", "sleep 30 & echo $! > pid; sleep 30"]
     err = await tools.fail("shell", argv=argv, timeout_s=0.5)
     assert err.type == "Timeout"
+    pid = await pid_from(workspace / "pid")
+    try:
+        await assert_gone(pid)
+    finally:
+        if alive(pid):
+            os.kill(pid, 9)
+
+
+async def test_shell_ends_when_the_command_exits_and_stops_what_it_left_behind(
+    tools: Tools, workspace: Path
+) -> None:
+    # The leader exits at once, its background child holding stdout open: the step is
+    # done when the command is, with what it printed, and the child does not outlive it.
+    argv = ["sh", "-c", "sleep 30 & echo $! > pid; echo started"]
+    out = await tools.run("shell", argv=argv, timeout_s=5)
+    assert (out["exit_code"], out["stdout"]) == (0, "started\n")
     pid = await pid_from(workspace / "pid")
     try:
         await assert_gone(pid)
@@ -366,3 +382,13 @@ async def test_write_file_keeps_a_backup_that_restore_file_puts_back(
     assert removed["removed"] is True and not (workspace / "b.txt").exists()
     err = await tools.fail("restore_file", path="b.txt", backup="../../etc/passwd")
     assert err.type == "InvalidArgs"
+
+
+async def test_a_backup_cut_short_is_not_taken_for_one(tools: Tools, workspace: Path) -> None:
+    # A worker that died while copying left a partial copy beside the backup's name.
+    (workspace / "c.txt").write_text("x" * 100_000)
+    backups = workspace / ".longrun" / "backups"
+    backups.mkdir(parents=True)
+    (backups / ".s1.bak.crashed.tmp").write_text("x" * 10)
+    written = await tools.run("write_file", path="c.txt", content="new")
+    assert (workspace / written["backup"]).read_text() == "x" * 100_000

@@ -168,6 +168,15 @@ async def _read_capped(stream: asyncio.StreamReader | None, cap: int) -> tuple[s
     return kept.decode(errors="replace"), total > cap
 
 
+async def _exit_of(proc: asyncio.subprocess.Process) -> int:
+    """The exit code, as soon as the process exits (`wait()` also waits for its pipes to
+    close, which children left in the background keep open). asyncio offers no event for
+    the exit alone, so this looks every 0.1 s; it only matters once output stays open."""
+    while proc.returncode is None:  # noqa: ASYNC110
+        await asyncio.sleep(0.1)
+    return proc.returncode
+
+
 async def _run_process(
     argv: list[str],
     ctx: ToolContext,
@@ -208,9 +217,24 @@ async def _run_process(
                 proc.stdin.write(stdin)
                 await proc.stdin.drain()
             proc.stdin.close()
-        out, err = await asyncio.gather(
-            _read_capped(proc.stdout, OUTPUT_CAP_BYTES), _read_capped(proc.stderr, OUTPUT_CAP_BYTES)
+        reading = asyncio.ensure_future(
+            asyncio.gather(
+                _read_capped(proc.stdout, OUTPUT_CAP_BYTES),
+                _read_capped(proc.stderr, OUTPUT_CAP_BYTES),
+            )
         )
+        exited = asyncio.ensure_future(_exit_of(proc))
+        try:
+            await asyncio.wait({reading, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():
+                # The command exited, but children it left in the background hold its
+                # output open: stop them (they must not outlive the step) and read the rest.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            out, err = await reading
+        finally:
+            exited.cancel()
+            reading.cancel()
         return out, err, await proc.wait()
 
     try:
@@ -328,6 +352,18 @@ def _write_atomically(target: Path, data: bytes) -> None:
             os.unlink(name)
 
 
+def _copy_atomically(source: Path, target: Path) -> None:
+    # A copy cut short by a crash must not pass for a backup: copy beside, then rename.
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(source, name)
+        os.replace(name, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+
+
 def _undo_write(args: WriteFileArgs, output: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return "restore_file", {"path": args.path, "backup": output.get("backup")}
 
@@ -346,7 +382,7 @@ async def write_file(args: WriteFileArgs, ctx: ToolContext) -> dict[str, Any]:
     marker = confine(ctx.workspace, str(BACKUPS / f"{ctx.step_id}.new"))
     if not saved.exists() and not marker.exists():
         if target.is_file():
-            await asyncio.to_thread(shutil.copyfile, target, saved)
+            await asyncio.to_thread(_copy_atomically, target, saved)
         else:
             marker.touch()
     data = args.content.encode()
