@@ -225,7 +225,8 @@ async def _run_process(
         )
         exited = asyncio.ensure_future(_exit_of(proc))
         try:
-            await asyncio.wait({reading, exited}, return_when=asyncio.FIRST_COMPLETED)
+            first: list[asyncio.Future[Any]] = [reading, exited]
+            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
             if not reading.done():
                 # The command exited, but children it left in the background hold its
                 # output open: stop them (they must not outlive the step) and read the rest.
