@@ -3,6 +3,8 @@ once each, newest first, and lists what it could not undo."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,7 @@ LEDGER = Ledger()
 
 class BookingArgs(BaseModel):
     name: str
+    hold_s: float = 0.0  # work after the booking is made, which a cancel interrupts
 
 
 async def _post(path: str) -> dict[str, Any]:
@@ -71,7 +74,11 @@ def _undo_reserve(args: BookingArgs, output: dict[str, Any]) -> tuple[str, dict[
 @tool("book", args=BookingArgs, side_effect=SideEffect.REVERSIBLE, compensate=_undo_reserve)
 async def book(args: BookingArgs, ctx: ToolContext) -> dict[str, Any]:
     """Reserve a booking (test tool)."""
-    return await _post(f"/reserve/{args.name}")
+    booking = await _post(f"/reserve/{args.name}")
+    # Too late to stop once booked: a cancel during the rest says so, to be undone.
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.sleep(args.hold_s)
+    return booking
 
 
 @tool("unbook", args=BookingArgs, side_effect=SideEffect.READ_ONLY)
@@ -148,6 +155,48 @@ async def test_cancel_with_compensate_restores_files_and_lists_what_stays_done(
     assert run["result"] == {"compensated": ["edit", "new", "seed"], "not_undone": ["sh"]}
     assert not (workspace / "a.txt").exists()
     assert not (workspace / "b.txt").exists()  # seed created it, so undoing seed removes it
+
+
+async def test_compensation_waits_for_steps_in_flight_to_stop(
+    api: httpx.AsyncClient, worker: Worker, settings: Settings, wait_run: Poll
+) -> None:
+    # A command that would write after a delay is stopped before compensation runs; a
+    # booking made before the cancel reached it is undone with the rest.
+    late = {"argv": ["sh", "-c", "sleep 2; echo late > late.txt"]}
+    run_id = await submit(
+        api,
+        [
+            {"id": "seed", "tool": "write_file", "args": {"path": "s.txt", "content": "s"}},
+            {
+                "id": "sh",
+                "tool": "shell",
+                "args": late,
+                "requires_approval": False,
+                "depends_on": ["seed"],
+            },
+            {
+                "id": "hold",
+                "tool": "book",
+                "args": {"name": "held", "hold_s": 30},
+                "depends_on": ["seed"],
+            },
+        ],
+    )
+    run = await wait_run(
+        run_id, lambda r: [s["status"] for s in r["steps"]] == ["completed", "running", "running"]
+    )
+    while "reserve held" not in LEDGER.log:  # noqa: ASYNC110 (another thread's list)
+        await asyncio.sleep(0.05)
+    response = await api.post(f"/v1/runs/{run_id}/cancel", json={"compensate": True})
+    assert response.status_code == 202
+    run = await wait_run(run_id)
+    assert run["status"] == "cancelled"
+    assert run["result"] == {"compensated": ["hold", "seed"], "not_undone": []}
+    assert "release held" in LEDGER.log
+    workspace: Path = settings.workspaces_dir / run_id / "workspace"
+    await asyncio.sleep(2.5)
+    assert not (workspace / "late.txt").exists()
+    assert not (workspace / "s.txt").exists()
 
 
 async def test_a_rejection_that_says_compensate_undoes_earlier_steps(

@@ -266,3 +266,28 @@ async def test_a_run_out_of_time_while_waiting_replays(
     saved = HISTORIES / "time_budget_while_waiting.json"
     if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
         saved.write_text(history.to_json())
+
+
+async def test_a_run_cancelled_with_a_call_in_flight_replays(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    # The tool-cancel-waits patch: the cancel waits for the shell call to stop, then
+    # compensation undoes the write.
+    sleep = {"argv": ["sleep", "30"]}
+    run_id = await submit(
+        api,
+        [
+            {"id": "w", "tool": "write_file", "args": {"path": "w.txt", "content": "w"}},
+            {"id": "sh", "tool": "shell", "args": sleep, "requires_approval": False},
+        ],
+    )
+    await wait_run(run_id, lambda r: r["steps"][1]["status"] == "running")
+    await api.post(f"/v1/runs/{run_id}/cancel", json={"compensate": True})
+    run = await wait_run(run_id)
+    assert run["status"] == "cancelled" and run["result"]["compensated"] == ["w"], run
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+    saved = HISTORIES / "cancelled_with_a_call_in_flight.json"
+    if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
+        saved.write_text(history.to_json())

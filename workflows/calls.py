@@ -9,6 +9,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, RetryState
+from temporalio.workflow import ActivityCancellationType
 
 from workflows.common import (
     MAX_RETRY_INTERVAL,
@@ -36,6 +37,10 @@ MODEL_PAUSE_PATCH = "model-unavailable-pause"
 # step's live attempts from the run's pending activities; runs started before keep the
 # SDK's numbers.
 ACTIVITY_IDS_PATCH = "activity-ids"
+# A cancelled tool call is waited for until it has really stopped (or finished too late
+# to stop, and is then undone like any other), so compensation never races it; runs
+# started before let it go on its own.
+TOOL_CANCEL_PATCH = "tool-cancel-waits"
 ACTIVITY_ID_CHARS = 200
 
 with workflow.unsafe.imports_passed_through():
@@ -95,6 +100,9 @@ class Calls:
             retry_policy=retry_policy(retry),
             summary=summary,
             activity_id=self._id(summary),
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+            if workflow.patched(TOOL_CANCEL_PATCH)
+            else ActivityCancellationType.TRY_CANCEL,
         )
         return result
 

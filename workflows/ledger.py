@@ -3,6 +3,7 @@ tool call passes, where pauses (asked for, or for an exhausted budget) hold the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from datetime import datetime
@@ -55,6 +56,8 @@ class Ledger:
         # stayed unavailable for the whole retry window (set while a call waits).
         self._held: PauseReason | None = None
         self.model_down: str | None = None
+        # Why the run is being stopped (cancelled, out of time): no call passes after.
+        self.stopping: str | None = None
 
     def restore(
         self, usage: Usage, budget: Budget, started: datetime, pause: ControlRequest | None
@@ -198,6 +201,8 @@ class Ledger:
     async def checkpoint(self, kind: CallKind) -> None:
         """Before every model or tool call: wait out a pause, stop at an exhausted budget,
         then count the call at once, so parallel steps cannot overshoot a limit together."""
+        if self.stopping:  # work that outlived its cancellation goes no further
+            raise asyncio.CancelledError(self.stopping)
         while not self.admit(kind):
             # Wait until something that decided this pause changes, then look again.
             await self._until_changed(self._snapshot())

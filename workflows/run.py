@@ -194,14 +194,20 @@ class RunWorkflow:
                 try:
                     await workflow.wait_condition(moved, timeout=ledger.time_left())
                 except TimeoutError:
-                    task.cancel(ledger.time_up())
-                    await asyncio.gather(task, return_exceptions=True)
+                    await self._stop(task, ledger.time_up())
                     raise StepFailed(ledger.time_up()) from None
         except asyncio.CancelledError:  # the run is cancelled: so is its work
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await self._stop(task, "run cancelled")
             raise
         return task.result()
+
+    async def _stop(self, task: asyncio.Task[Any], reason: str) -> None:
+        """Cancel the run's work and wait until it has stopped: tool calls in flight end
+        first (cancelled, or done if too late to stop, and then undone with the rest), and
+        no call starts after."""
+        self._p.ledger.stopping = reason
+        task.cancel(reason)
+        await asyncio.gather(task, return_exceptions=True)
 
     async def _end(self, status: RunStatusName, error: str, compensate: bool) -> None:
         """End a run early, undoing completed steps first if asked; always record the end."""
