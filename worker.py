@@ -20,7 +20,7 @@ from activities.endpoint import model_problem
 from longrun.contracts import RUN_ID_PATTERN
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
-from longrun.temporal import connect, ensure_search_attributes
+from longrun.temporal import connect_patiently, ensure_search_attributes
 from workflows import RunWorkflow
 
 log = logging.getLogger("longrun.worker")
@@ -41,6 +41,7 @@ async def serving(client: Client, settings: Settings) -> AsyncIterator[Worker]:
             task_queue=settings.task_queue,
             workflows=[RunWorkflow],
             activities=activities,
+            graceful_shutdown_timeout=timedelta(seconds=settings.worker_shutdown_s),
         ) as worker,
     ):
         sweeper = None
@@ -104,7 +105,7 @@ async def _sweep_forever(client: Client, store: ArtifactStore, retention: timede
 
 async def run_worker(settings: Settings) -> None:
     """Poll the task queue until SIGINT or SIGTERM, then finish in-flight work and exit."""
-    client = await connect(settings)
+    client = await connect_patiently(settings, log)
     await ensure_search_attributes(client)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.failure.v1 import Failure
@@ -46,6 +48,9 @@ DATA_CONVERTER = dataclasses.replace(
 )
 
 
+MAX_CONNECT_DELAY_S = 30.0
+
+
 async def connect(settings: Settings) -> Client:
     """A client for the configured server and namespace, with the pydantic converter."""
     return await Client.connect(
@@ -55,6 +60,24 @@ async def connect(settings: Settings) -> Client:
         # Client interceptors apply to workers built on this client too.
         interceptors=[TracingInterceptor()],
     )
+
+
+async def connect_patiently(settings: Settings, log: logging.Logger) -> Client:
+    """Connect, waiting for a Temporal that is not up yet (starting, restarting, or in
+    maintenance): each failed try is logged, the next one comes after a longer pause."""
+    delay = 1.0
+    while True:
+        try:
+            return await connect(settings)
+        except RuntimeError as exc:  # the SDK's "Failed client connect"
+            log.warning(
+                "Temporal at %s is not reachable (%s); trying again in %g s",
+                settings.temporal_address,
+                str(exc).splitlines()[0],
+                delay,
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, MAX_CONNECT_DELAY_S)
 
 
 async def ensure_search_attributes(client: Client) -> None:

@@ -3,6 +3,7 @@ to stop all, and a clear refusal to start twice."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -93,6 +94,33 @@ def test_dev_stack_runs_a_plan_and_stops_on_one_interrupt(tmp_path: Path) -> Non
         assert "stand-in" in run["steps"][0]["output"]["text"]
         assert (tmp_path / STATE_DIR / "temporal.db").exists()
 
+        # A worker or API that dies is started again; Temporal and the rest stay up.
+        for name, marker in (("worker", b"worker"), ("api", b"uvicorn")):
+            os.kill(_child_of(stack.pid, marker), signal.SIGKILL)
+            for _ in range(300):
+                if f"{name} started again" in (tmp_path / "dev.out").read_text():
+                    break
+                time.sleep(0.1)
+            assert (
+                f"{name} exited with -9; starting it again in 1 s"
+                in (tmp_path / "dev.out").read_text()
+            )
+        for _ in range(300):
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{api}/readyz").status_code == 200:
+                    break
+            time.sleep(0.1)
+        again = httpx.post(
+            f"{api}/v1/runs",
+            json={"goal": "g", "plan": {"steps": [{"id": "e", "tool": "echo"}]}},
+        ).json()
+        for _ in range(300):
+            run = httpx.get(f"{api}/v1/runs/{again['run_id']}").json()
+            if run["status"] == "completed":
+                break
+            time.sleep(0.1)
+        assert run["status"] == "completed", run
+
         # The demo goal, played by the stand-in, approved on the command line.
         demo = subprocess.run(
             [sys.executable, "-m", "longrun.cli", "demo", "--approve"],
@@ -115,3 +143,19 @@ def test_dev_stack_runs_a_plan_and_stops_on_one_interrupt(tmp_path: Path) -> Non
         httpx.get(f"{api}/healthz")
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", ports["TEMPORAL"])) != 0
+
+
+def _child_of(parent: int, marker: bytes) -> int:
+    """The pid of `parent`'s child process whose command line contains `marker`."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and marker in cmdline:
+            return int(entry.name)
+    raise AssertionError(f"no child of {parent} runs {marker!r}")

@@ -52,8 +52,9 @@ def effects() -> Iterator[Effects]:
         yield target
 
 
-def start_worker(settings: Settings, cwd: Path) -> subprocess.Popen[bytes]:
-    """`python -m worker` as its own process, configured like a deployment would be."""
+def start_worker(settings: Settings, cwd: Path, *, ready: bool = True) -> subprocess.Popen[bytes]:
+    """`python -m worker` as its own process, configured like a deployment would be;
+    returns once it polls (`ready`) or at once."""
     env = {
         "PATH": os.environ["PATH"],
         "PYTHONPATH": str(REPO),
@@ -69,6 +70,8 @@ def start_worker(settings: Settings, cwd: Path) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "worker"], cwd=cwd, env=env, stderr=sink, stdout=sink
         )
+    if not ready:
+        return proc
     for _ in range(600):  # wait until it polls
         if "worker polling" in log.read_text():
             return proc
@@ -261,3 +264,47 @@ async def test_a_model_call_on_a_killed_worker_is_retried_within_its_heartbeat_t
     assert run["steps"][0]["attempts"] == 2
     # How long the run stood still (printed in JUnit XML; never asserted).
     record_property("stall_s", round(calls[1]["at"] - killed_at, 1))
+
+
+async def test_a_worker_stopped_with_sigterm_lets_its_tool_call_finish(
+    api: httpx.AsyncClient, settings: Settings, wait_run: Poll, tmp_path: Path
+) -> None:
+    script = "echo start >> log.txt; sleep 3; echo end >> log.txt"
+    step = {"id": "sh", "tool": "shell", "args": {"argv": ["sh", "-c", script]}}
+    first = start_worker(settings, tmp_path)
+    second = None
+    try:
+        run_id = await submit(api, [{**step, "requires_approval": False}])
+        log = settings.workspaces_dir / run_id / "workspace" / "log.txt"
+        while not log.exists():  # noqa: ASYNC110 (another process writes it)
+            await asyncio.sleep(0.05)
+        first.send_signal(signal.SIGTERM)  # a rolling deploy stops the worker
+        second = start_worker(settings, tmp_path)
+        assert await asyncio.to_thread(first.wait, 30) == 0
+        run = await wait_run(run_id)
+        assert run["status"] == "completed", run
+        assert log.read_text() == "start\nend\n"  # once, on the worker that started it
+    finally:
+        _stop(first, second)
+
+
+async def test_a_worker_started_before_temporal_waits_for_it(
+    settings: Settings, standin: StandIn, wait_run: Poll, tmp_path: Path
+) -> None:
+    port = free_port()
+    settings = settings.model_copy(update={"temporal_address": f"127.0.0.1:{port}"})
+    worker = start_worker(settings, tmp_path, ready=False)
+    try:
+        log = tmp_path / "worker-0.log"
+        while "is not reachable" not in log.read_text():
+            assert worker.poll() is None, log.read_text()
+            await asyncio.sleep(0.1)
+        async with TemporalDevServer(tmp_path / "late.sqlite", port=port):
+            transport = httpx.ASGITransport(app=create_app(settings))
+            async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+                run_id = await submit(api, [{"id": "e", "tool": "echo"}])
+                run = await wait_run(run_id, timeout_s=90, http=api)
+        assert run["status"] == "completed", run
+        assert "worker polling" in log.read_text()
+    finally:
+        _stop(worker)

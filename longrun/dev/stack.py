@@ -27,6 +27,11 @@ from longrun.settings import Settings
 STATE_DIR = Path(".longrun")
 DEMO_SCENARIO = Path(__file__).parent / "scenarios" / "demo.json"
 READY_TIMEOUT_S = 60.0
+# Restarts of the stack's processes: 1 s after the first exit, doubling to 30 s while a
+# process keeps exiting within a minute of its start.
+RESTART_FIRST_S = 1.0
+RESTART_MAX_S = 30.0
+RESTART_RESET_S = 60.0
 
 
 class DevStackError(RuntimeError):
@@ -248,15 +253,8 @@ async def _run_stack(settings: Settings) -> int:
         "LONGRUN_TEMPORAL_UI_URL": ui_url,
         "LONGRUN_DATA_DIR": str(settings.data_dir.resolve()),
     }
-    children: list[tuple[str, subprocess.Popen[bytes]]] = []
-
-    def spawn(name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        with (log_dir / f"{name}.log").open("ab") as log:
-            proc = subprocess.Popen(
-                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        children.append((name, proc))
-        return proc
+    children = Supervisor(log_dir, env)
+    spawn = children.spawn
 
     temporal = TemporalDevServer(
         STATE_DIR / "temporal.db",
@@ -273,7 +271,7 @@ async def _run_stack(settings: Settings) -> int:
         _say("starting the Temporal dev server ...")
         temporal.start()
         assert temporal.process is not None
-        children.append(("temporal", temporal.process))
+        children.adopt("temporal", temporal.process)
         await temporal.wait_ready()
         if offline:
             standin_url = f"http://127.0.0.1:{settings.dev_standin_port}"
@@ -329,20 +327,75 @@ async def _run_stack(settings: Settings) -> int:
             + "Press Ctrl-C to stop everything.\n"
         )
         while not stop.is_set():
-            for name, proc in children:
-                if proc.poll() is not None:
-                    raise DevStackError(
-                        f"{name} exited with {proc.returncode}; see {log_dir}/{name}.log"
-                    )
+            children.tend()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)
         _say("stopping ...")
         return 0
     finally:
-        for _, proc in reversed(children):
+        children.stop()
+
+
+class Supervisor:
+    """The stack's processes: the worker, the API and the stand-in are started again when
+    they exit (after a pause that doubles while they keep failing); Temporal, which holds
+    every run, is not restarted behind the user's back: its exit stops the stack."""
+
+    def __init__(self, log_dir: Path, env: dict[str, str]) -> None:
+        self._log_dir = log_dir
+        self._env = env
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._argv: dict[str, list[str]] = {}
+        self._started: dict[str, float] = {}
+        self._delay: dict[str, float] = {}
+        self._due: dict[str, float] = {}  # when an exited process starts again
+
+    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        """Start a process that is restarted when it exits; its output goes to its log."""
+        with (self._log_dir / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(
+                argv, env=self._env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self._argv[name] = argv
+        self.adopt(name, proc)
+        return proc
+
+    def adopt(self, name: str, proc: subprocess.Popen[bytes]) -> None:
+        """Watch a process started elsewhere (not restarted unless it was spawned here)."""
+        self._procs[name] = proc
+        self._started[name] = time.monotonic()
+
+    def tend(self) -> None:
+        """Notice exits and restart what is due; raise if a process cannot be restarted."""
+        now = time.monotonic()
+        for name, proc in list(self._procs.items()):
+            if name in self._due:
+                if now >= self._due[name]:
+                    del self._due[name]
+                    self.spawn(name, self._argv[name])
+                    _say(f"{name} started again")
+                continue
+            if proc.poll() is None:
+                continue
+            log = self._log_dir / f"{name}.log"
+            if name not in self._argv:
+                raise DevStackError(f"{name} exited with {proc.returncode}; see {log}")
+            # A process that ran a while starts again soon; one that keeps failing, slower.
+            ran = now - self._started[name]
+            previous = 0.0 if ran > RESTART_RESET_S else self._delay.get(name, 0.0)
+            delay = min(max(previous * 2, RESTART_FIRST_S), RESTART_MAX_S)
+            self._delay[name] = delay
+            self._due[name] = now + delay
+            _say(f"{name} exited with {proc.returncode}; starting it again in {delay:g} s")
+            _say(f"  (its log: {log})")
+
+    def stop(self) -> None:
+        """Stop every process, newest first, and wait for each (at most 15 s)."""
+        procs = list(reversed(self._procs.values()))
+        for proc in procs:
             if proc.poll() is None:
                 proc.terminate()
-        for _, proc in reversed(children):
+        for proc in procs:
             try:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
