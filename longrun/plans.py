@@ -68,47 +68,50 @@ def dependencies(plan: Plan) -> dict[str, list[str]]:
 
 
 def ancestors(deps: Mapping[str, list[str]]) -> dict[str, set[str]]:
-    """Transitive dependencies of each step (assumes the graph has no cycle)."""
+    """Transitive dependencies of each step (assumes the graph has no cycle). Iterative:
+    a chain of a thousand steps must not exhaust the interpreter's stack."""
     memo: dict[str, set[str]] = {}
-
-    def visit(node: str) -> set[str]:
-        if node not in memo:
-            found: set[str] = set()
-            for dep in deps.get(node, []):
-                found.add(dep)
-                found |= visit(dep)
-            memo[node] = found
-        return memo[node]
-
-    for node in deps:
-        visit(node)
+    for root in deps:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in memo:
+                continue
+            if expanded:  # its dependencies are done
+                found: set[str] = set()
+                for dep in deps.get(node, []):
+                    found.add(dep)
+                    found |= memo.get(dep, set())
+                memo[node] = found
+            else:
+                stack.append((node, True))
+                stack.extend((dep, False) for dep in deps.get(node, []) if dep not in memo)
     return memo
 
 
 def _find_cycle(deps: Mapping[str, list[str]]) -> list[str] | None:
+    """A dependency cycle, as the path that closes it, or None (iterative depth-first)."""
     white, grey, black = 0, 1, 2
     colour = dict.fromkeys(deps, white)
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        colour[node] = grey
-        stack.append(node)
-        for dep in deps.get(node, []):
-            if colour.get(dep) == grey:
-                return [*stack[stack.index(dep) :], dep]
-            if colour.get(dep) == white:
-                cycle = visit(dep)
-                if cycle:
-                    return cycle
-        stack.pop()
-        colour[node] = black
-        return None
-
-    for node in deps:
-        if colour[node] == white:
-            cycle = visit(node)
-            if cycle:
-                return cycle
+    for root in deps:
+        if colour[root] != white:
+            continue
+        colour[root] = grey
+        path = [root]
+        pending = [iter(deps.get(root, []))]
+        while pending:
+            for dep in pending[-1]:
+                seen = colour.get(dep)
+                if seen == grey:
+                    return [*path[path.index(dep) :], dep]
+                if seen == white:
+                    colour[dep] = grey
+                    path.append(dep)
+                    pending.append(iter(deps.get(dep, [])))
+                    break
+            else:
+                colour[path.pop()] = black
+                pending.pop()
     return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -164,6 +165,67 @@ async def test_oversized_body_is_refused(
     assert await _count_runs(client, settings) == 0
 
 
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        # A lone surrogate is valid JSON but not Unicode text: nothing could carry it on.
+        ('{"goal": "\\ud800", "plan": {"steps": [{"id": "a", "tool": "echo"}]}}', "surrogate"),
+        (
+            '{"goal": "g", "plan": {"steps": [{"id": "a", "tool": "echo", '
+            '"args": {"value": "x\\udfff"}}]}}',
+            "surrogate",
+        ),
+        ('{"goal": "g", "plan": {"steps": [{"id": "w", "wait": {"seconds": NaN}}]}}', "finite"),
+        ('{"goal": "g", "plan": {"steps": [{"id": "w", "wait": {"seconds": 1e999}}]}}', "finite"),
+        ('{"goal": "g", "budget": {"max_cost_usd": -Infinity}}', "finite"),
+        (
+            json.dumps(
+                {
+                    "goal": "g",
+                    "plan": {
+                        "steps": [{"id": "a", "tool": "echo", "args": {"value": _nested(200)}}]
+                    },
+                }
+            ),
+            "nested deeper",
+        ),
+        ("[" * 10_000 + "]" * 10_000, "nested deeper"),
+        (b'{"goal": "\xff"}', "not UTF-8"),
+    ],
+)
+async def test_hostile_json_gets_a_clear_422_and_starts_nothing(
+    api: httpx.AsyncClient, client: Client, settings: Settings, raw: str | bytes, says: str
+) -> None:
+    response = await api.post("/v1/runs", content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body"] and says in error["msg"], error
+    assert await _count_runs(client, settings) == 0
+
+
+async def test_a_long_plan_whose_dependencies_run_against_list_order_is_taken(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+) -> None:
+    # Step i depends on step i+1: a 1,000-deep chain the checks must walk without recursion.
+    steps = [
+        {"id": f"s{i}", "tool": "echo", "depends_on": [f"s{i + 1}"] if i < 999 else []}
+        for i in range(1000)
+    ]
+    response = await api.post("/v1/runs", json={"goal": "g", "plan": {"steps": steps}})
+    assert response.status_code == 202, response.text
+    cyclic = [*steps[:-1], {**steps[-1], "depends_on": ["s0"]}]
+    response = await api.post("/v1/runs", json={"goal": "g", "plan": {"steps": cyclic}})
+    assert response.status_code == 422
+    assert "dependency cycle: s0 -> s1 -> s2" in response.text
+
+
 async def test_idempotency_key_returns_the_same_run(
     api: httpx.AsyncClient, client: Client, settings: Settings
 ) -> None:
@@ -316,7 +378,12 @@ async def test_list_filters_by_status_and_label_and_paginates(
         {"status": "bogus"},
     ):
         assert (await api.get("/v1/runs", params=params)).status_code == 422
-    assert (await api.get("/v1/runs", params={"page_token": "%%%"})).status_code == 422
+    # Tokens this listing did not give out are refused at once, without asking Temporal.
+    other = {"label": "team:elsewhere", "page_token": page1["next_page_token"]}
+    for params in ({"page_token": "%%%"}, {"page_token": "AAAA"}, other):
+        response = await api.get("/v1/runs", params=params)
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"][0]["loc"] == ["query", "page_token"]
 
 
 async def test_temporal_unreachable_is_503(settings: Settings) -> None:

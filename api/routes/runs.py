@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import re
 import uuid
@@ -35,6 +33,7 @@ from activities.tools import REGISTRY
 from api.attempts import show_retries
 from api.auth import Approver, Operator, Principal, Reader, Submitter
 from api.deps import Gateway, PolicyDep, SettingsDep, TemporalClient
+from api.pages import unwrap_token, wrap_token
 from api.schemas import (
     Accepted,
     CancelRequest,
@@ -314,21 +313,20 @@ async def list_runs(
                 ("query", "label", i), "a label filter is key:value, e.g. team:ops"
             )
         clauses.append(f"LongrunLabels = '{key}:{value}'")
+    query = " AND ".join(clauses)
     token: bytes | None = None
     if page_token:
-        try:
-            token = base64.b64decode(page_token, altchars=b"-_", validate=True)
-        except (binascii.Error, ValueError):
-            raise _fail_validation(("query", "page_token"), "not a page token") from None
-    listing = client.list_workflows(
-        " AND ".join(clauses),
-        page_size=page_size,
-        next_page_token=token,
-    )
+        token = unwrap_token(query, page_token)
+        if token is None:
+            raise _fail_validation(
+                ("query", "page_token"), "not a page token of this listing (same filters)"
+            )
+    listing = client.list_workflows(query, page_size=page_size, next_page_token=token)
     try:
         await listing.fetch_next_page()
     except RPCError as exc:
-        if exc.status == RPCStatusCode.INVALID_ARGUMENT:
+        refused = (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.INTERNAL, RPCStatusCode.UNKNOWN)
+        if token is not None and exc.status in refused:
             raise _fail_validation(("query", "page_token"), "not a valid page token") from None
         raise
     runs = []
@@ -347,7 +345,7 @@ async def list_runs(
     next_token = listing.next_page_token
     return RunList(
         runs=runs,
-        next_page_token=base64.urlsafe_b64encode(next_token).decode() if next_token else None,
+        next_page_token=wrap_token(query, next_token) if next_token else None,
     )
 
 
