@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from temporalio.service import RPCError
 
+from api.allow import AllowEveryMethod
 from api.deps import TemporalGateway
 from api.guard import BodyGuard
 from api.routes import artifacts, health, runs
@@ -54,6 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(artifacts.router)
     app.add_middleware(BodyGuard, limit=settings.max_request_bytes)
+    app.add_middleware(AllowEveryMethod)
     app.add_exception_handler(RPCError, _temporal_error)
     return app
 

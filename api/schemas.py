@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -92,3 +93,23 @@ class Accepted(BaseModel):
 
     run_id: str
     detail: str
+
+
+class Problem(BaseModel):
+    """Why a request was refused, in words (422s list each problem with its field)."""
+
+    detail: str
+
+
+_ANSWERS = {
+    401: "no valid API key (when keys are configured)",
+    403: "the caller's role, or the four-eyes rule, does not allow it",
+    404: "no such run (or approval, step or artifact of it)",
+    409: "the run's state does not allow it: ended, already decided, not paused, reused key",
+    503: "Temporal, or a worker to answer for the run, did not answer in time",
+}
+
+
+def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI descriptions of error answers a route gives besides 422."""
+    return {code: {"model": Problem, "description": _ANSWERS[code]} for code in codes}

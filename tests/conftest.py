@@ -130,6 +130,8 @@ def settings(
         OPENAI_API_KEY="test-key",
         LONGRUN_MODEL="test-model",
         LONGRUN_DATA_DIR=tmp_path / "data",
+        # In-process workers stop at once at the end of a test (a deployment waits).
+        LONGRUN_WORKER_SHUTDOWN_S=0,
     )
 
 

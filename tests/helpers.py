@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+from longrun.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
 
 Poll = Callable[..., Awaitable[dict[str, Any]]]
 
@@ -55,3 +64,40 @@ async def submit(api: httpx.AsyncClient, steps: list[dict[str, Any]], **extra: A
     assert response.status_code == 202, response.text
     run_id: str = response.json()["run_id"]
     return run_id
+
+
+def start_worker(settings: Settings, cwd: Path, *, ready: bool = True) -> subprocess.Popen[bytes]:
+    """`python -m worker` as its own process, configured like a deployment would be;
+    returns once it polls (`ready`) or at once."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(REPO),
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "LONGRUN_TASK_QUEUE": settings.task_queue,
+        "OPENAI_BASE_URL": settings.openai_base_url or "",
+        "OPENAI_API_KEY": "test-key",
+        "LONGRUN_MODEL": settings.model,
+        "LONGRUN_DATA_DIR": str(settings.data_dir),
+    }
+    log = cwd / f"worker-{len(list(cwd.glob('worker-*.log')))}.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker"], cwd=cwd, env=env, stderr=sink, stdout=sink
+        )
+    if not ready:
+        return proc
+    for _ in range(600):  # wait until it polls
+        if "worker polling" in log.read_text():
+            return proc
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"worker did not start: {log.read_text()}")
+
+
+def stop_processes(*procs: subprocess.Popen[bytes] | None) -> None:
+    """Kill the processes still running (SIGKILL) and reap them."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ from api.app import create_app
 from longrun.dev.stack import ServerThread, TemporalDevServer, free_port
 from longrun.settings import Settings
 from longrun.temporal import connect
-from tests.helpers import Poll, StandIn, submit
+from tests.helpers import Poll, StandIn, start_worker, stop_processes, submit
 from worker import serving
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,42 +48,6 @@ def effects() -> Iterator[Effects]:
     target = Effects()
     with target.server:
         yield target
-
-
-def start_worker(settings: Settings, cwd: Path, *, ready: bool = True) -> subprocess.Popen[bytes]:
-    """`python -m worker` as its own process, configured like a deployment would be;
-    returns once it polls (`ready`) or at once."""
-    env = {
-        "PATH": os.environ["PATH"],
-        "PYTHONPATH": str(REPO),
-        "TEMPORAL_ADDRESS": settings.temporal_address,
-        "LONGRUN_TASK_QUEUE": settings.task_queue,
-        "OPENAI_BASE_URL": settings.openai_base_url or "",
-        "OPENAI_API_KEY": "test-key",
-        "LONGRUN_MODEL": settings.model,
-        "LONGRUN_DATA_DIR": str(settings.data_dir),
-    }
-    log = cwd / f"worker-{len(list(cwd.glob('worker-*.log')))}.log"
-    with log.open("w") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "worker"], cwd=cwd, env=env, stderr=sink, stdout=sink
-        )
-    if not ready:
-        return proc
-    for _ in range(600):  # wait until it polls
-        if "worker polling" in log.read_text():
-            return proc
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise AssertionError(f"worker did not start: {log.read_text()}")
-
-
-def _stop(*procs: subprocess.Popen[bytes] | None) -> None:
-    for proc in procs:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def _post(effects: Effects, name: str) -> dict[str, object]:
@@ -133,7 +95,7 @@ async def test_worker_killed_mid_run_finishes_each_step_once(
         run = await wait_run(run_id, timeout_s=120)
         assert run["status"] == "completed", run
     finally:
-        _stop(first, second)
+        stop_processes(first, second)
 
     # Steps that completed before the kill did not run again.
     assert effects.arrivals["a"] == effects.arrivals["b"] == 1
@@ -224,7 +186,7 @@ async def test_worker_killed_after_a_model_call_does_not_repeat_it(
         assert decision.status_code == 202
         run = await wait_run(run_id, timeout_s=120)
     finally:
-        _stop(first, second)
+        stop_processes(first, second)
     assert run["status"] == "completed", run
     assert len(standin.calls(marker, role="plan")) == 1
     assert len(standin.calls(marker, role="act")) == 2
@@ -258,7 +220,7 @@ async def test_a_model_call_on_a_killed_worker_is_retried_within_its_heartbeat_t
         run = await wait_run(run_id, timeout_s=120)
         assert run["status"] == "completed", run
     finally:
-        _stop(first, second)
+        stop_processes(first, second)
     calls = standin.calls("stalled model")
     assert len(calls) == 2  # retried on the new worker, long before the stream would end
     assert run["steps"][0]["attempts"] == 2
@@ -285,7 +247,7 @@ async def test_a_worker_stopped_with_sigterm_lets_its_tool_call_finish(
         assert run["status"] == "completed", run
         assert log.read_text() == "start\nend\n"  # once, on the worker that started it
     finally:
-        _stop(first, second)
+        stop_processes(first, second)
 
 
 async def test_a_worker_started_before_temporal_waits_for_it(
@@ -307,4 +269,4 @@ async def test_a_worker_started_before_temporal_waits_for_it(
         assert run["status"] == "completed", run
         assert "worker polling" in log.read_text()
     finally:
-        _stop(worker)
+        stop_processes(worker)

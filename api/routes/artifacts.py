@@ -19,11 +19,14 @@ from activities.tools.workspace import confine
 from api.auth import Admin, Reader
 from api.deps import SettingsDep, TemporalClient
 from api.routes.runs import describe_run
+from api.schemas import answers
 from longrun.settings import Settings
 
 log = logging.getLogger("longrun.api")
 
-router = APIRouter(prefix="/v1/runs/{run_id}/artifacts", tags=["artifacts"])
+router = APIRouter(
+    prefix="/v1/runs/{run_id}/artifacts", tags=["artifacts"], responses=answers(401, 403, 503)
+)
 
 DELIVERABLES = "out"
 
@@ -48,7 +51,7 @@ class Deleted(BaseModel):
     deleted: int
 
 
-@router.get("")
+@router.get("", responses=answers(404))
 async def list_artifacts(
     run_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> ArtifactList:
@@ -70,7 +73,7 @@ def _listing(settings: Settings, run_id: str) -> ArtifactList:
     return ArtifactList(artifacts=found)
 
 
-@router.get("/{name:path}")
+@router.get("/{name:path}", responses=answers(404))
 async def get_artifact(
     run_id: str, name: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> Response:
@@ -93,7 +96,7 @@ async def get_artifact(
     return Response(content, media_type=media)
 
 
-@router.delete("")
+@router.delete("", responses=answers(404, 409))
 async def delete_artifacts(
     run_id: str, client: TemporalClient, settings: SettingsDep, caller: Admin
 ) -> Deleted:

@@ -7,6 +7,7 @@ from pydantic import BaseModel
 from temporalio.service import RPCError
 
 from api.deps import TemporalGateway
+from api.schemas import answers
 
 router = APIRouter(tags=["health"])
 
@@ -23,7 +24,7 @@ async def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=answers(503))
 async def readyz(request: Request) -> Health:
     """Temporal is reachable, so runs can be started and inspected."""
     gateway: TemporalGateway = request.app.state.temporal

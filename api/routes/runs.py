@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.exceptions import RequestValidationError
+from pydantic import StringConstraints
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
@@ -44,6 +45,7 @@ from api.schemas import (
     RunDetail,
     RunList,
     RunSummary,
+    answers,
 )
 from longrun.contracts import (
     FINAL_RUN_STATUSES,
@@ -78,7 +80,12 @@ from longrun.policy import Policy
 from longrun.settings import Role, Settings
 from workflows import LABELS_ATTRIBUTE, STATUS_ATTRIBUTE, RunWorkflow
 
-router = APIRouter(prefix="/v1/runs", tags=["runs"])
+# A label filter: a label key and value as runs carry them, joined by a colon.
+LabelFilter = Annotated[
+    str, StringConstraints(pattern=LABEL_KEY_PATTERN[:-1] + ":" + LABEL_VALUE_PATTERN[1:])
+]
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=answers(401, 403, 503))
 
 RUN_ID = re.compile(RUN_ID_PATTERN)
 IDEMPOTENCY_NAMESPACE = uuid.UUID("6c0f8a3e-4a51-4d0c-9a8e-2f1b7f3d5e11")
@@ -235,7 +242,7 @@ def _details(inp: RunInput) -> str:
     return f"goal-only run; acceptance: {criteria}; tools: {', '.join(inp.agent.tools)}"
 
 
-@router.post("", status_code=202)
+@router.post("", status_code=202, responses=answers(409))
 async def create_run(
     body: RunRequest,
     gateway: Gateway,
@@ -296,7 +303,9 @@ async def list_runs(
     settings: SettingsDep,
     caller: Reader,
     status: RunStatusName | None = None,
-    label: Annotated[list[str] | None, Query(max_length=20, description="key:value")] = None,
+    label: Annotated[
+        list[LabelFilter] | None, Query(max_length=20, description="key:value, e.g. team:ops")
+    ] = None,
     page_size: Annotated[int, Query(ge=1, le=100)] = 20,
     page_token: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> RunList:
@@ -306,13 +315,8 @@ async def list_runs(
     clauses = [f"WorkflowType = '{WORKFLOW_TYPE}'"]
     if status is not None:
         clauses.append(f"({STATUS_FILTERS[status]})")
-    for i, item in enumerate(label or []):
-        key, _, value = item.partition(":")
-        if not re.fullmatch(LABEL_KEY_PATTERN, key) or not re.fullmatch(LABEL_VALUE_PATTERN, value):
-            raise _fail_validation(
-                ("query", "label", i), "a label filter is key:value, e.g. team:ops"
-            )
-        clauses.append(f"LongrunLabels = '{key}:{value}'")
+    for item in label or []:  # key:value, each side checked against its pattern
+        clauses.append(f"LongrunLabels = '{item}'")
     query = " AND ".join(clauses)
     token: bytes | None = None
     if page_token:
@@ -349,7 +353,7 @@ async def list_runs(
     )
 
 
-@router.get("/{run_id}")
+@router.get("/{run_id}", responses=answers(404))
 async def get_run(
     run_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> RunDetail:
@@ -369,7 +373,7 @@ async def get_run(
     return detail
 
 
-@router.post("/{run_id}/approvals/{approval_id}", status_code=202)
+@router.post("/{run_id}/approvals/{approval_id}", status_code=202, responses=answers(404, 409))
 async def decide_approval(
     run_id: str,
     approval_id: str,
@@ -441,17 +445,22 @@ async def _update(
         raise
 
 
-@router.post("/{run_id}/cancel", status_code=202)
+@router.post("/{run_id}/cancel", status_code=202, responses=answers(404, 409))
 async def cancel_run(
     run_id: str, client: TemporalClient, caller: Submitter, body: CancelRequest | None = None
 ) -> Accepted:
     """Cancel a run; running activities are cancelled through their heartbeats."""
     handle = await _live_run(client, run_id, caller, "cancel", others="admin")
     compensate = body.compensate if body else False
-    await handle.signal(
-        RunWorkflow.cancelling, CancelNote(actor=caller.name, compensate=compensate)
-    )
-    await handle.cancel()
+    try:
+        await handle.signal(
+            RunWorkflow.cancelling, CancelNote(actor=caller.name, compensate=compensate)
+        )
+        await handle.cancel()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:  # it ended since we looked
+            raise HTTPException(409, f"run '{run_id}' has already ended") from None
+        raise
     return Accepted(run_id=run_id, detail="cancellation requested")
 
 
@@ -468,7 +477,7 @@ async def _live_run(
     return handle
 
 
-@router.post("/{run_id}/pause", status_code=202)
+@router.post("/{run_id}/pause", status_code=202, responses=answers(404, 409))
 async def pause_run(
     run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
@@ -476,7 +485,7 @@ async def pause_run(
     return await _control(client, run_id, caller, body, "pause", RunWorkflow.pause_run)
 
 
-@router.post("/{run_id}/resume", status_code=202)
+@router.post("/{run_id}/resume", status_code=202, responses=answers(404, 409))
 async def resume_run(
     run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
@@ -498,7 +507,7 @@ async def _control(
     return Accepted(run_id=run_id, detail=f"{action} taken")
 
 
-@router.post("/{run_id}/budget", status_code=202)
+@router.post("/{run_id}/budget", status_code=202, responses=answers(404, 409))
 async def change_budget(
     run_id: str, body: Limits, client: TemporalClient, settings: SettingsDep, caller: Approver
 ) -> Accepted:
@@ -513,7 +522,7 @@ async def change_budget(
     return Accepted(run_id=run_id, detail="budget change taken")
 
 
-@router.get("/{run_id}/steps/{step_id}")
+@router.get("/{run_id}/steps/{step_id}", responses=answers(404))
 async def get_step(run_id: str, step_id: str, client: TemporalClient, caller: Reader) -> StepState:
     """One step in full, its whole output included (status previews big outputs)."""
     handle, _ = await describe_run(client, run_id)
@@ -523,7 +532,7 @@ async def get_step(run_id: str, step_id: str, client: TemporalClient, caller: Re
     return state
 
 
-@router.get("/{run_id}/audit")
+@router.get("/{run_id}/audit", responses=answers(404))
 async def get_audit(run_id: str, client: TemporalClient, caller: Reader) -> AuditTrail:
     """Every decision about the run, oldest first: who, when, what and why."""
     handle, _ = await describe_run(client, run_id)

@@ -32,7 +32,7 @@ Phase = Literal["planning", "acting", "verifying", "replanning", "completing"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class SideEffect(StrEnum):

@@ -130,7 +130,8 @@ class ToolCheck(_Strict):
 class JudgeCheck(_Strict):
     """A model-judged check: the judge must confirm the statement and cite why."""
 
-    judge: str = Field(min_length=1, max_length=4000)
+    # Room for a whole goal (4,000) and the words of the default criterion around it.
+    judge: str = Field(min_length=1, max_length=4100)
 
 
 class Criterion(_Strict):

@@ -46,7 +46,12 @@ class RunRequest(_Strict):
     max_steps: int | None = Field(None, ge=1, le=10_000)
     budget: Budget | None = None
     on_failure: Literal["stop", "compensate"] = "stop"
-    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=20)
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        max_length=20,
+        # Keys not matching the key pattern are refused; say so in the schema too.
+        json_schema_extra={"additionalProperties": False},
+    )
 
 
 class RunConfig(BaseModel):

@@ -1,0 +1,62 @@
+"""The API against its own OpenAPI document: schemathesis generates requests (valid,
+invalid and stateful sequences) to the real app over real HTTP, with a worker process
+running the runs it starts. Bounded and seeded, so a failure reproduces; every answer must
+be a documented status, and none a server error."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+from api.app import create_app
+from longrun.dev.stack import ServerThread, TemporalDevServer, free_port
+from longrun.settings import Settings
+from tests.helpers import start_worker, stop_processes
+
+SEED = 20261203
+EXAMPLES = 20  # per operation and phase; about 1,300 requests in all
+# Checks left out, and why: `positive_data_acceptance` expects any schema-valid request to
+# be taken, but a tool name must be a registered tool and a page token one the listing
+# gave out; `use_after_free` reads a run's artifact list after DELETE as a deleted
+# resource, but the run (and its empty list) is still there.
+LEFT_OUT = "positive_data_acceptance,use_after_free"
+
+
+async def test_the_api_keeps_to_its_openapi_document(settings: Settings, tmp_path: Path) -> None:
+    # A Temporal of its own: listings must show only runs a worker here can answer for
+    # (a run whose worker is gone answers 503, rightly, which would count as a failure).
+    async with TemporalDevServer(tmp_path / "fuzz.sqlite", port=free_port()) as temporal:
+        settings = settings.model_copy(update={"temporal_address": temporal.address})
+        found = await _fuzz(settings, tmp_path)
+    assert found.returncode == 0, found.stdout[-6000:] + found.stderr[-2000:]
+    assert "generated" in found.stdout
+
+
+async def _fuzz(settings: Settings, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    worker = start_worker(settings, tmp_path)
+    try:
+        with ServerThread(create_app(settings)) as server:
+            return await asyncio.to_thread(
+                subprocess.run,
+                [
+                    str(Path(sys.executable).parent / "st"),
+                    "run",
+                    f"{server.url}/openapi.json",
+                    "--checks=all",
+                    f"--exclude-checks={LEFT_OUT}",
+                    f"--max-examples={EXAMPLES}",
+                    f"--seed={SEED}",
+                    "--workers=1",
+                    "--request-timeout=30",
+                    "--generation-database=none",
+                    "--no-color",
+                ],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+    finally:
+        stop_processes(worker)
