@@ -49,13 +49,17 @@ class Condition(BaseModel):
             raise ValueError("a condition needs one of in, not_in, prefix, not_prefix")
         return self
 
-    def holds(self, args: dict[str, Any]) -> bool:
-        """Whether the call's arguments meet this condition."""
+    def holds(self, args: dict[str, Any], *, urls_whole: bool = True) -> bool:
+        """Whether the call's arguments meet this condition. `urls_whole=False` is how
+        runs started before compared URLs (as paths, so URL prefixes never matched)."""
         value = args.get(self.arg)
-        # Compare paths as written canonically, so "./deploy/x" meets a "deploy/" rule.
-        text = posixpath.normpath(value) if isinstance(value, str) and value else ""
-        if isinstance(value, str) and value.endswith("/"):
-            text += "/"
+        text = ""
+        if isinstance(value, str) and value:
+            # Compare paths as written canonically, so "./deploy/x" meets a "deploy/" rule;
+            # a URL as written ("https://a/b" as a path would lose a slash).
+            text = value if urls_whole and "://" in value else posixpath.normpath(value)
+            if value.endswith("/") and not text.endswith("/"):
+                text += "/"
         return (
             (self.in_ is None or value in self.in_)
             and (self.not_in is None or value not in self.not_in)
@@ -89,13 +93,15 @@ class Policy(BaseModel):
         """Whether the tool may be called at all."""
         return self.of(tool).allowed
 
-    def binding_approval(self, tool: str, args: dict[str, Any]) -> str | None:
+    def binding_approval(
+        self, tool: str, args: dict[str, Any], *, urls_whole: bool = True
+    ) -> str | None:
         """Why this call needs approval whatever the step says, or None."""
         rules = self.of(tool)
         if rules.approval == "always":
             return f"policy: {tool} always needs approval"
         for condition in rules.require_approval_when:
-            if condition.holds(args):
+            if condition.holds(args, urls_whole=urls_whole):
                 rule = condition.model_dump(exclude_none=True, by_alias=True)
                 return f"policy: {tool} needs approval when {rule}"
         return None
@@ -108,9 +114,12 @@ class Policy(BaseModel):
             return effect == "irreversible"
         return approval == "always"
 
-    def needs_approval(self, tool: str, args: dict[str, Any], effect: str) -> bool:
+    def needs_approval(
+        self, tool: str, args: dict[str, Any], effect: str, *, urls_whole: bool = True
+    ) -> bool:
         """For a call nobody opted out of: the default, or a binding rule."""
-        return self.default_approval(tool, effect) or self.binding_approval(tool, args) is not None
+        binding = self.binding_approval(tool, args, urls_whole=urls_whole)
+        return self.default_approval(tool, effect) or binding is not None
 
 
 class PolicyError(ValueError):

@@ -6,11 +6,20 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from longrun.contracts import Limits, Price
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+
+def _pair(host: str, port: str) -> str:
+    """host:port as http_request writes it ([v6]:port for IPv6 addresses)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
 
 Role = Literal["viewer", "submitter", "approver", "admin"]
 
@@ -125,6 +134,25 @@ class Settings(BaseSettings):
     dev_temporal_port: int = Field(7233, alias="LONGRUN_DEV_TEMPORAL_PORT")
     dev_ui_port: int = Field(8233, alias="LONGRUN_DEV_UI_PORT")
     dev_standin_port: int = Field(8100, alias="LONGRUN_DEV_STANDIN_PORT")
+
+    def own_services(self) -> dict[str, str]:
+        """longrun's own endpoints (host:port → what), which runs may never call: Temporal
+        (gRPC, and the dev server's HTTP API), its Web UI and the API."""
+        temporal_host, _, temporal_port = self.temporal_address.rpartition(":")
+        ui = urlsplit(self.temporal_ui_url)
+        found = {
+            f"{temporal_host}:{temporal_port}": "Temporal",
+            f"{ui.hostname}:{ui.port or 80}": "the Temporal Web UI",
+            f"{self.api_host}:{self.api_port}": "the longrun API",
+        }
+        if temporal_port.isdigit():
+            found[f"{temporal_host}:{int(temporal_port) + 10}"] = "Temporal's HTTP API"
+        # Loopback under any of its names (and a server on every address) is the same.
+        for pair, what in list(found.items()):
+            host, _, port = pair.rpartition(":")
+            if host.strip("[]") in LOOPBACK_NAMES:
+                found.update({_pair(name, port): what for name in LOOPBACK_NAMES})
+        return found
 
     @field_validator("http_allow_hosts", mode="before")
     @classmethod

@@ -11,7 +11,7 @@ import pytest
 from temporalio.worker import Worker
 
 from api.app import create_app
-from longrun.policy import PolicyError
+from longrun.policy import Policy, PolicyError
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, submit
 
@@ -127,3 +127,24 @@ def test_a_bad_policy_file_stops_start_up(settings: Settings, tmp_path: Path) ->
     bad.write_text("[tools.shell]\nallowed = 'perhaps'\n")
     with pytest.raises(PolicyError, match=r"policy\.toml"):
         create_app(settings.model_copy(update={"policy_file": bad}))
+
+
+def test_url_prefixes_match_urls_as_written() -> None:
+    policy = Policy.model_validate(
+        {
+            "tools": {
+                "http_request": {
+                    "require_approval_when": [{"arg": "url", "prefix": "https://api.stripe.com/v1"}]
+                },
+                "write_file": {"require_approval_when": [{"arg": "path", "prefix": "deploy/"}]},
+            }
+        }
+    )
+    stripe = {"url": "https://api.stripe.com/v1/charges", "method": "GET"}
+    assert policy.binding_approval("http_request", stripe) is not None
+    assert policy.binding_approval("http_request", {"url": "https://example.com/"}) is None
+    # Paths are still compared canonically.
+    assert policy.binding_approval("write_file", {"path": "./deploy/x"}) is not None
+    assert policy.binding_approval("write_file", {"path": "deploy/../x"}) is None
+    # How runs started before compared them (and go on replaying).
+    assert policy.binding_approval("http_request", stripe, urls_whole=False) is None

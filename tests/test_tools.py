@@ -105,12 +105,20 @@ ROUTES: dict[str, Callable[[Request], Response]] = {
     "/busy": lambda r: PlainTextResponse("busy", status_code=503, headers={"Retry-After": "7"}),
     "/missing": lambda r: PlainTextResponse("no such thing", status_code=404),
     "/big": lambda r: PlainTextResponse("x" * 200_000),
+    "/fail": lambda r: PlainTextResponse("boom", status_code=500),
 }
+
+
+async def _slow(request: Request) -> Response:
+    await asyncio.sleep(2)
+    return PlainTextResponse("late")
 
 
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
-    app = Starlette(routes=[Route(path, fn) for path, fn in ROUTES.items()])
+    methods = ["GET", "POST", "PUT"]
+    routes = [Route(path, fn, methods=methods) for path, fn in ROUTES.items()]
+    app = Starlette(routes=[*routes, Route("/slow", _slow, methods=methods)])
     with ServerThread(app) as server:
         yield server.url
 
@@ -334,6 +342,44 @@ async def test_http_allow_list_entries_may_name_a_port(tmp_path: Path, http_url:
     assert (await tools.run("http_request", url=f"{http_url}/echo"))["status"] == 200
     err = await tools.fail("http_request", url=f"http://127.0.0.1:{port + 1}/echo")
     assert f"'127.0.0.1:{port + 1}' is not allowed" in err.message
+
+
+async def test_http_never_calls_longrun_itself(tools: Tools) -> None:
+    # Loopback is allowed, but not Temporal, its HTTP API, its Web UI or the API.
+    for url in (
+        "http://127.0.0.1:7233/",
+        "http://127.0.0.1:7243/api/v1/namespaces/default/workflows",
+        "http://localhost:8233/namespaces",
+        "http://127.0.0.1:8000/v1/runs",
+    ):
+        err = await tools.fail("http_request", url=url)
+        assert err.non_retryable and "one of longrun's own services" in err.message, url
+
+
+async def test_http_headers_that_frame_the_request_are_refused(tools: Tools, http_url: str) -> None:
+    err = await tools.fail("http_request", url=f"{http_url}/echo", headers={"Host": "inside"})
+    assert err.type == "InvalidArgs" and "set from the url" in err.message
+
+
+async def test_a_post_that_may_have_been_sent_is_not_sent_again(
+    tools: Tools, http_url: str
+) -> None:
+    for path, timeout in (("/slow", 0.3), ("/fail", 30.0)):
+        err = await tools.fail(
+            "http_request", url=http_url + path, method="POST", timeout_s=timeout
+        )
+        assert err.non_retryable and err.type == "MaybeSent", err.message
+        assert "retry_if_sent" in err.message
+    # A server that says it did nothing (503), an idempotent method, or a step that says
+    # the server honours Idempotency-Key: retried.
+    err = await tools.fail("http_request", url=f"{http_url}/busy", method="POST")
+    assert not err.non_retryable
+    err = await tools.fail("http_request", url=f"{http_url}/slow", method="PUT", timeout_s=0.3)
+    assert not err.non_retryable
+    err = await tools.fail(
+        "http_request", url=f"{http_url}/slow", method="POST", timeout_s=0.3, retry_if_sent=True
+    )
+    assert not err.non_retryable
 
 
 async def test_http_non_http_scheme_is_invalid_args(tools: Tools) -> None:

@@ -77,3 +77,9 @@ def failure_of(exc: ActivityError) -> tuple[str, int]:
     if cause is not None:
         return str(cause) or type(cause).__name__, 0
     return str(exc), 0
+
+
+def policy_urls_whole() -> bool:
+    """Whether policy rules compare URL arguments as written: runs started before compared
+    them as paths (URL prefixes never matched) and replay that way."""
+    return workflow.patched("policy-urls-whole")

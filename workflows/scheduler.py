@@ -10,7 +10,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-from workflows.common import StepFailed, failure_of, preview
+from workflows.common import StepFailed, failure_of, policy_urls_whole, preview
 from workflows.handover import HandOver
 from workflows.parts import RunParts
 from workflows.steps import DONE
@@ -120,7 +120,9 @@ class PlanScheduler:
 
         binding = None
         if step.tool is not None:
-            binding = p.inp.config.policy.binding_approval(step.tool, resolved)
+            binding = p.inp.config.policy.binding_approval(
+                step.tool, resolved, urls_whole=policy_urls_whole()
+            )
         if step.approval is not None or step.requires_approval or binding:
             summary = (
                 resolved.get("message") or f"{step.kind} step '{step.id}': {preview(resolved)}"

@@ -26,6 +26,9 @@ from longrun.contracts import SideEffect
 
 OUTPUT_CAP_BYTES = 64 * 1024
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Headers the client derives from the url and body; a step setting them could send a
+# request somewhere its url does not say.
+FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 # Response headers that carry credentials; they would otherwise land in workflow history.
 SECRET_HEADERS = frozenset(
     {"set-cookie", "authorization", "proxy-authenticate", "www-authenticate"}
@@ -77,6 +80,19 @@ class HttpRequestArgs(_Args):
     timeout_s: float = Field(30.0, gt=0, le=600)
     raise_for_status: bool = True
     max_response_bytes: int = Field(OUTPUT_CAP_BYTES, gt=0, le=1024 * 1024)
+    retry_if_sent: bool = Field(
+        False,
+        description="send a POST or PATCH again after a timeout or a 5xx (only for servers "
+        "that apply each Idempotency-Key once)",
+    )
+
+    @field_validator("headers")
+    @classmethod
+    def _no_framing_headers(cls, headers: dict[str, Any]) -> dict[str, Any]:
+        for name in headers:
+            if name.lower() in FRAMING_HEADERS:
+                raise ValueError(f"header '{name}' is set from the url and body, not by a step")
+        return headers
 
     @field_validator("url")
     @classmethod
@@ -109,6 +125,9 @@ async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any
         raise fatal(
             f"'{pair}' is not allowed; allowed: {', '.join(allowed)} (LONGRUN_HTTP_ALLOW_HOSTS)"
         )
+    own = ctx.settings.own_services().get(pair)
+    if own is not None:
+        raise fatal(f"'{pair}' is {own}, one of longrun's own services, which runs never call")
     headers = {
         "Idempotency-Key": ctx.idempotency_key,
         **{name: reveal(ctx, value) for name, value in args.headers.items()},
@@ -119,22 +138,44 @@ async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any
     elif args.body is not None:
         content = json.dumps(args.body).encode()
         headers.setdefault("Content-Type", "application/json")
-    async with (
-        httpx.AsyncClient(
-            timeout=args.timeout_s, follow_redirects=False, verify=_tls_context()
-        ) as client,
-        client.stream(args.method, url, headers=headers, content=content) as response,
-    ):
-        body = bytearray()
-        truncated = False
-        async for chunk in response.aiter_bytes():
-            body.extend(chunk)
-            if len(body) > args.max_response_bytes:
-                truncated = True
-                del body[args.max_response_bytes :]
-                break
+    # POST and PATCH are not idempotent: once they may have reached the server, they are
+    # sent again only if the step says the server honours their Idempotency-Key.
+    once = args.method in ("POST", "PATCH") and not args.retry_if_sent
+    try:
+        async with (
+            httpx.AsyncClient(
+                timeout=args.timeout_s, follow_redirects=False, verify=_tls_context()
+            ) as client,
+            client.stream(args.method, url, headers=headers, content=content) as response,
+        ):
+            body = bytearray()
+            truncated = False
+            async for chunk in response.aiter_bytes():
+                body.extend(chunk)
+                if len(body) > args.max_response_bytes:
+                    truncated = True
+                    del body[args.max_response_bytes :]
+                    break
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout):
+        raise  # never sent: retried like any transient failure
+    except httpx.TransportError as exc:
+        if once:
+            raise fatal(
+                f"{args.method} {args.url} may have been sent and got no answer "
+                f"({type(exc).__name__}); not sent again (set retry_if_sent if the server "
+                "honours Idempotency-Key)",
+                type="MaybeSent",
+            ) from None
+        raise
     text = body.decode(errors="replace")
     status = response.status_code
+    not_done = status in (408, 429, 503)  # the server says it did not act on it
+    if once and status >= 500 and not not_done:
+        raise fatal(
+            f"{args.method} {args.url} answered {status} and may have acted on it; not sent "
+            f"again (set retry_if_sent if the server honours Idempotency-Key): {text[:500]}",
+            type="MaybeSent",
+        )
     if status in (408, 429) or status >= 500:
         raise transient(
             f"{args.method} {args.url} answered {status}: {text[:500]}",

@@ -40,13 +40,13 @@ TOOL = {
     },
 }
 README_PLAN: dict[str, Any] = {
-    "goal": "Check the service and publish a report",
+    "goal": "Check the model server and publish a report",
     "plan": {
         "steps": [
-            {"id": "fetch", "tool": "http_request", "args": {"url": "{api}/healthz"}},
+            {"id": "fetch", "tool": "http_request", "args": {"url": "{models}"}},
             {
                 "id": "summarize",
-                "model": {"prompt": "Summarize this health payload: {{steps.fetch.output.body}}"},
+                "model": {"prompt": "Summarize this list of models: {{steps.fetch.output.body}}"},
             },
             {
                 "id": "city",
@@ -155,12 +155,12 @@ async def check_endpoint(settings: Settings) -> list[Row]:
     return rows
 
 
-def check_runs(api_url: str) -> list[Row]:
+def check_runs(api_url: str, models_url: str) -> list[Row]:
     """The README's plan example (with a structured step) and the demo goal, through the
     API: how each ended."""
     rows: list[Row] = []
     with httpx.Client(base_url=api_url, timeout=30) as http:
-        body = README_PLAN | {"plan": _with_api(README_PLAN["plan"], api_url)}
+        body = README_PLAN | {"plan": _fetching(README_PLAN["plan"], models_url)}
         started = time.monotonic()
         created = http.post("/v1/runs", json=body)
         if created.status_code != 202:
@@ -176,9 +176,9 @@ def check_runs(api_url: str) -> list[Row]:
     return rows
 
 
-def _with_api(plan: dict[str, Any], api_url: str) -> dict[str, Any]:
+def _fetching(plan: dict[str, Any], url: str) -> dict[str, Any]:
     steps = [dict(s) for s in plan["steps"]]
-    steps[0] = {**steps[0], "args": {"url": f"{api_url}/healthz"}}
+    steps[0] = {**steps[0], "args": {"url": url}}
     return {"steps": steps}
 
 
@@ -211,5 +211,6 @@ def main(settings: Settings, *, runs: bool) -> int:
     if runs:
         api_url = f"http://{settings.api_host}:{settings.api_port}"
         sys.stdout.write(f"\nruns through {api_url}:\n")
-        sys.stdout.write(table(check_runs(api_url)))
+        base = (settings.openai_base_url or "https://api.openai.com/v1").rstrip("/")
+        sys.stdout.write(table(check_runs(api_url, f"{base}/models")))
     return 0 if dict((r[0], r[1]) for r in rows).get("plain completion") == "ok" else 1

@@ -27,6 +27,7 @@ from longrun.settings import Settings
 STATE_DIR = Path(".longrun")
 DEMO_SCENARIO = Path(__file__).parent / "scenarios" / "demo.json"
 READY_TIMEOUT_S = 60.0
+HTTP_API_OFFSET = 10  # the dev server's HTTP API is on its gRPC port + 10 under `longrun dev`
 # Restarts of the stack's processes: 1 s after the first exit, doubling to 30 s while a
 # process keeps exiting within a minute of its start.
 RESTART_FIRST_S = 1.0
@@ -93,12 +94,14 @@ class TemporalDevServer:
         *,
         port: int,
         ui_port: int | None = None,
+        http_port: int | None = None,
         namespace: str = "default",
         log_file: Path | None = None,
     ) -> None:
         self.db_file = db_file
         self.port = port
         self.ui_port = ui_port
+        self.http_port = http_port  # the HTTP API; random when unset
         self.namespace = namespace
         self.log_file = log_file
         self.process: subprocess.Popen[bytes] | None = None
@@ -130,6 +133,8 @@ class TemporalDevServer:
             "--search-attribute",
             "LongrunLabels=KeywordList",
         ]
+        if self.http_port is not None:
+            argv += ["--http-port", str(self.http_port)]
         if self.ui_port is None:
             argv.append("--headless")
         else:
@@ -260,6 +265,8 @@ async def _run_stack(settings: Settings) -> int:
         STATE_DIR / "temporal.db",
         port=settings.dev_temporal_port,
         ui_port=settings.dev_ui_port,
+        # A known port, so http_request can refuse it (it serves every run's history).
+        http_port=settings.dev_temporal_port + HTTP_API_OFFSET,
         namespace=settings.temporal_namespace,
         log_file=log_dir / "temporal.log",
     )

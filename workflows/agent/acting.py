@@ -15,7 +15,7 @@ from workflows.agent.briefs import MAX_ARGUMENT_CHARS
 from workflows.agent.checks import Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
-from workflows.common import StepFailed, failure_of, preview
+from workflows.common import StepFailed, failure_of, policy_urls_whole, preview
 from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
@@ -156,8 +156,11 @@ class Actor:
             return f"Invalid arguments for {call.name}, nothing ran: {str(exc)[:2000]}"
 
         state = p.steps.add(step_id, "tool")
-        if policy.needs_approval(call.name, args, spec.side_effect_of(parsed)):
-            why = policy.binding_approval(call.name, args)
+        urls_whole = policy_urls_whole()
+        if policy.needs_approval(
+            call.name, args, spec.side_effect_of(parsed), urls_whole=urls_whole
+        ):
+            why = policy.binding_approval(call.name, args, urls_whole=urls_whole)
             ask = p.approvals.ask(
                 step_id,
                 f"agent step '{item.id}' wants to run {call.name} {preview(args)}"
