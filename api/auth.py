@@ -30,6 +30,9 @@ class Principal(BaseModel):
         return "admin" in self.roles or bool(self.roles & set(roles))
 
 
+PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip", "via")
+
+
 def _is_loopback(host: str | None) -> bool:
     try:
         return host is not None and ipaddress.ip_address(host).is_loopback
@@ -41,9 +44,16 @@ def authenticate(request: Request, settings: SettingsDep) -> Principal:
     """The caller, from `Authorization: Bearer <key>`; 401 without a valid key."""
     if not settings.api_keys:
         host = request.client.host if request.client else None
-        if not _is_loopback(host):
+        # A proxy on this host makes every caller look local: a request that says it came
+        # through one is not taken as local (a proxy that says nothing cannot be told).
+        proxied = [name for name in PROXY_HEADERS if name in request.headers]
+        if not _is_loopback(host) or proxied:
             raise HTTPException(
-                403, "no API keys are configured, so this API answers loopback clients only"
+                403,
+                "no API keys are configured, so this API answers loopback clients only"
+                + (
+                    f" (this request came through a proxy: {', '.join(proxied)})" if proxied else ""
+                ),
             )
         return Principal(name="local", roles=frozenset({"admin"}))
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
