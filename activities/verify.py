@@ -18,7 +18,7 @@ from activities.errors import reported_with_attempt
 from activities.heartbeat import heartbeating
 from activities.memory import Journal
 from activities.model import ModelActivities
-from activities.tools.registry import REGISTRY, ToolContext, workspace_of
+from activities.tools.registry import REGISTRY, ToolContext, call_redacted, workspace_of
 from activities.tools.workspace import confine
 from longrun.contracts import CheckRequest, Expect, ToolCheck, Verdict
 from longrun.plans import ReferenceError_, lookup
@@ -146,7 +146,7 @@ class VerifyActivities:
         output: dict[str, Any] | None = None
         error: str | None = None
         try:
-            output = await spec.fn(spec.args_model.model_validate(args), ctx)
+            output = await call_redacted(spec, spec.args_model.model_validate(args), ctx)
         except ApplicationError as exc:
             error = exc.message
         except Exception as exc:  # a check that cannot run is a failed check, not a crash

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import json
 import subprocess
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,9 +18,22 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import SecretStr
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
+from activities.model import ModelActivities
+from activities.tools.builtin import SecretRef, reveal
+from activities.tools.registry import (
+    REGISTRY,
+    ToolContext,
+    build_tool_activities,
+    call_redacted,
+)
+from activities.verify import VerifyActivities
 from api.app import create_app
+from longrun.contracts import CheckRequest, Expect, ToolCall, ToolCheck
 from longrun.dev.stack import ServerThread, TemporalDevServer, temporal_binary
 from longrun.settings import ApiKey, Settings, hash_key
 from tests.helpers import Poll
@@ -155,3 +170,54 @@ async def test_an_unknown_secret_fails_the_step_by_name(
     run = await wait_run(run_id, http=http)
     assert run["status"] == "failed"
     assert "no secret named 'nope'" in run["steps"][0]["error"]
+
+
+async def test_an_acceptance_check_that_prints_a_secret_shows_it_redacted(
+    settings: Settings,
+) -> None:
+    checks = VerifyActivities(settings, ModelActivities(settings))
+    check = ToolCheck(
+        tool="shell",
+        args={
+            "argv": ["sh", "-c", 'echo "token=$T"'],
+            "secret_env": {"T": {"secret": "svc_token"}},
+        },
+        expect=Expect(exit_code=1),  # fails, so the evidence shows the output
+    )
+    request = CheckRequest(
+        run_id="run-" + "0" * 32, check_id="c", goal="g", tool_check=check, judge_model="m"
+    )
+    verdict = await ActivityEnvironment().run(checks.acceptance, request)
+    assert not verdict.passed
+    assert "token=[secret]" in verdict.evidence and "s3cr3t" not in verdict.evidence
+
+
+async def test_a_failure_of_any_kind_is_redacted(settings: Settings) -> None:
+    async def careless(args: Any, ctx: ToolContext) -> dict[str, Any]:
+        value = reveal(ctx, SecretRef(secret="svc_token"))
+        raise ValueError(f"Illegal header value {value!r}")  # what a client library says
+
+    spec = dataclasses.replace(REGISTRY["echo"], fn=careless)
+    ctx = ToolContext(
+        run_id="run-x", step_id="s", idempotency_key="k", workspace=Path("."), settings=settings
+    )
+    with pytest.raises(ApplicationError) as info:
+        await call_redacted(spec, spec.args_model.model_validate({}), ctx)
+    assert info.value.type == "ValueError" and "[secret]" in info.value.message
+    assert "s3cr3t" not in info.value.message and info.value.__cause__ is None
+    # A secret stored with its line break is refused as a header, by name, not retried.
+    with_newline = settings.model_copy(update={"secrets": {"svc_token": SecretStr(SECRET + "\n")}})
+    tools = {
+        d.name: d
+        for d in map(activity._Definition.must_from_callable, build_tool_activities(with_newline))
+    }
+    call = ToolCall(
+        run_id="run-" + "1" * 32,
+        step_id="s",
+        idempotency_key="k",
+        args={"url": "http://127.0.0.1:9/", "headers": {"Authorization": {"secret": "svc_token"}}},
+    )
+    with pytest.raises(ApplicationError) as info:
+        await ActivityEnvironment().run(tools["tool.http_request"].fn, call)
+    assert info.value.non_retryable and "line break" in info.value.message
+    assert "s3cr3t" not in info.value.message

@@ -132,6 +132,9 @@ async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any
         "Idempotency-Key": ctx.idempotency_key,
         **{name: reveal(ctx, value) for name, value in args.headers.items()},
     }
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value:  # a secret stored with its line break, say
+            raise fatal(f"header '{name}' has a line break, which no header value may hold")
     content: bytes | None = None
     if isinstance(args.body, str):
         content = args.body.encode()

@@ -53,6 +53,30 @@ def redact(value: Any, secrets: list[str]) -> Any:
     return value
 
 
+async def call_redacted(spec: ToolSpec, args: Any, ctx: ToolContext) -> dict[str, Any]:
+    """Run a tool; no secret it used leaves in its output or in a failure of any type (an
+    unexpected exception becomes an ApplicationError of the same type name, without the
+    cause whose traceback and arguments could hold the secret)."""
+    try:
+        output = await spec.fn(args, ctx)
+    except ApplicationError as exc:
+        if not ctx.revealed:
+            raise
+        raise ApplicationError(
+            redact(exc.message, ctx.revealed),
+            type=exc.type,
+            non_retryable=exc.non_retryable,
+            next_retry_delay=exc.next_retry_delay,
+        ) from None
+    except Exception as exc:
+        if not ctx.revealed:
+            raise
+        message = redact(f"{type(exc).__name__}: {exc}", ctx.revealed)
+        raise ApplicationError(message, type=type(exc).__name__) from None
+    redacted: dict[str, Any] = redact(output, ctx.revealed)
+    return redacted
+
+
 ToolFn = Callable[[Any, ToolContext], Awaitable[dict[str, Any]]]
 Compensation = Callable[[Any, dict[str, Any]], tuple[str, dict[str, Any]] | None]
 
@@ -151,19 +175,8 @@ def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
                     workspace=workspace_of(settings, call.run_id),
                     settings=settings,
                 )
-                try:
-                    async with heartbeating():
-                        output = await spec.fn(args, ctx)
-                except ApplicationError as exc:
-                    if not ctx.revealed:
-                        raise
-                    raise ApplicationError(
-                        redact(exc.message, ctx.revealed),
-                        type=exc.type,
-                        non_retryable=exc.non_retryable,
-                        next_retry_delay=exc.next_retry_delay,
-                    ) from None
-                output = redact(output, ctx.revealed)
+                async with heartbeating():
+                    output = await call_redacted(spec, args, ctx)
                 # Big outputs go to the artifact store; history keeps a reference.
                 output = await asyncio.to_thread(store.offload, call.run_id, output, threshold)
             return ToolResult(output=output, attempt=attempt)
