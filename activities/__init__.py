@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from activities.keeping import KeepActivities
 from activities.memory import MemoryActivities
 from activities.model import ModelActivities
 from activities.tools import REGISTRY, build_tool_activities
@@ -17,6 +18,7 @@ async def activities_for(settings: Settings) -> AsyncIterator[list[Callable[...,
     model = ModelActivities(settings)
     verify = VerifyActivities(settings, model)
     memory = MemoryActivities(settings)
+    keep = KeepActivities(settings)
     try:
         yield [
             model.complete,
@@ -27,6 +29,7 @@ async def activities_for(settings: Settings) -> AsyncIterator[list[Callable[...,
             verify.acceptance,
             memory.write,
             memory.recall,
+            keep.keep,
             *build_tool_activities(settings),
         ]
     finally:

@@ -66,10 +66,9 @@ async def submit(api: httpx.AsyncClient, steps: list[dict[str, Any]], **extra: A
     return run_id
 
 
-def start_worker(settings: Settings, cwd: Path, *, ready: bool = True) -> subprocess.Popen[bytes]:
-    """`python -m worker` as its own process, configured like a deployment would be;
-    returns once it polls (`ready`) or at once."""
-    env = {
+def _env(settings: Settings) -> dict[str, str]:
+    """The environment of a longrun process configured like a deployment would be."""
+    return {
         "PATH": os.environ["PATH"],
         "PYTHONPATH": str(REPO),
         "TEMPORAL_ADDRESS": settings.temporal_address,
@@ -79,6 +78,34 @@ def start_worker(settings: Settings, cwd: Path, *, ready: bool = True) -> subpro
         "LONGRUN_MODEL": settings.model,
         "LONGRUN_DATA_DIR": str(settings.data_dir),
     }
+
+
+def start_api(settings: Settings, cwd: Path, port: int) -> subprocess.Popen[bytes]:
+    """The API (`uvicorn api.app:app`) as its own process; returns once it answers."""
+    with (cwd / "api.log").open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "api.app:app", "--port", str(port)],
+            cwd=cwd,
+            env=_env(settings),
+            stderr=sink,
+            stdout=sink,
+        )
+    for _ in range(600):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"the API did not start: {(cwd / 'api.log').read_text()}")
+
+
+def start_worker(settings: Settings, cwd: Path, *, ready: bool = True) -> subprocess.Popen[bytes]:
+    """`python -m worker` as its own process, configured like a deployment would be;
+    returns once it polls (`ready`) or at once."""
+    env = _env(settings)
     log = cwd / f"worker-{len(list(cwd.glob('worker-*.log')))}.log"
     with log.open("w") as sink:
         proc = subprocess.Popen(

@@ -5,22 +5,28 @@ applies retention."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from activities.artifacts import S3ArtifactStore, store_for
 from api.app import create_app
+from longrun.dev.stack import ServerThread
 from longrun.settings import ApiKey, Settings, hash_key
+from longrun.temporal import DATA_CONVERTER
 from tests.helpers import Poll, StandIn, submit
 from worker import serving
+from workflows import RunWorkflow
 
 BIG = "ab" * 30_000  # 60,000 characters, well above the 8 KB threshold
 
@@ -69,6 +75,47 @@ async def test_big_outputs_leave_history_and_are_read_through(
         assert (await api.get(f"/v1/runs/{run_id}/artifacts/{bad}")).status_code == 404, bad
     other = "run-" + "0" * 32
     assert (await api.get(f"/v1/runs/{other}/artifacts")).status_code == 404
+
+
+async def test_a_result_too_big_to_travel_lists_references(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    # Forty parallel GETs, each answering ~60 KB of JSON made of short strings: no string
+    # is big enough to be stored on its own, but together the result is ~2.4 MB, above
+    # Temporal's payload limit.
+    words = [f"item-{i:05d}-of-the-listing" for i in range(2000)]
+    app = FastAPI()
+
+    @app.get("/listing/{n}")
+    async def listing(n: int) -> dict[str, Any]:
+        return {"n": n, "words": words}
+
+    with ServerThread(app) as server:
+        steps = [
+            {"id": f"get{n}", "tool": "http_request", "args": {"url": f"{server.url}/listing/{n}"}}
+            for n in range(40)
+        ]
+        run_id = await submit(api, [{**s, "depends_on": []} for s in steps])
+        run = await wait_run(run_id, timeout_s=120)
+    assert run["status"] == "completed", run["error"]
+    assert len(run["result"]) == 40
+    # The workflow's result is under the bound: the biggest outputs went to the store,
+    # the rest travel whole, and every reference reads back whole.
+    outputs = (await client.get_workflow_handle(run_id).result())["outputs"]
+    assert len(json.dumps(outputs)) <= 512 * 1024
+    kept = {n: out for n, out in outputs.items() if set(out) == {"artifact", "bytes", "preview"}}
+    whole = {n: out for n, out in outputs.items() if n not in kept}
+    assert kept and whole
+    assert all(out["json"]["words"] == words for out in whole.values())
+    # The bounded-result patch replays (the history is too big to keep among the saved).
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    replayed = await Replayer(
+        workflows=[RunWorkflow], data_converter=DATA_CONVERTER
+    ).replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None, replayed.replay_failure
+    for name, ref in kept.items():
+        stored = await api.get(f"/v1/runs/{run_id}/artifacts/{ref['artifact']}")
+        assert json.loads(stored.text)["json"] == {"n": int(name[3:]), "words": words}
 
 
 async def test_an_agent_reads_big_tool_results_through_their_references(

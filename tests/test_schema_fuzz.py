@@ -10,10 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from api.app import create_app
-from longrun.dev.stack import ServerThread, TemporalDevServer, free_port
+from longrun.dev.stack import TemporalDevServer, free_port
 from longrun.settings import Settings
-from tests.helpers import start_worker, stop_processes
+from tests.helpers import start_api, start_worker, stop_processes
 
 SEED = 20261203
 EXAMPLES = 20  # per operation and phase; about 1,300 requests in all
@@ -35,28 +34,32 @@ async def test_the_api_keeps_to_its_openapi_document(settings: Settings, tmp_pat
 
 
 async def _fuzz(settings: Settings, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    # The API and the worker as processes of their own: they know the same tools (this
+    # test process also holds tools other tests registered).
     worker = start_worker(settings, tmp_path)
+    api = None
     try:
-        with ServerThread(create_app(settings)) as server:
-            return await asyncio.to_thread(
-                subprocess.run,
-                [
-                    str(Path(sys.executable).parent / "st"),
-                    "run",
-                    f"{server.url}/openapi.json",
-                    "--checks=all",
-                    f"--exclude-checks={LEFT_OUT}",
-                    f"--max-examples={EXAMPLES}",
-                    f"--seed={SEED}",
-                    "--workers=1",
-                    "--request-timeout=30",
-                    "--generation-database=none",
-                    "--no-color",
-                ],
-                cwd=tmp_path,
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
+        port = free_port()
+        api = start_api(settings, tmp_path, port)
+        return await asyncio.to_thread(
+            subprocess.run,
+            [
+                str(Path(sys.executable).parent / "st"),
+                "run",
+                f"http://127.0.0.1:{port}/openapi.json",
+                "--checks=all",
+                f"--exclude-checks={LEFT_OUT}",
+                f"--max-examples={EXAMPLES}",
+                f"--seed={SEED}",
+                "--workers=1",
+                "--request-timeout=30",
+                "--generation-database=none",
+                "--no-color",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
-        stop_processes(worker)
+        stop_processes(api, worker)

@@ -22,6 +22,7 @@ from workflows.common import StepFailed
 from workflows.handover import HandOver
 from workflows.ledger import Ledger
 from workflows.parts import RunParts
+from workflows.result import bounded
 from workflows.scheduler import PlanScheduler
 from workflows.status import TemporalDisplay
 
@@ -169,7 +170,9 @@ class RunWorkflow:
                 p.status.result = await self._in_time(self._agent.run())
             elif inp.plan is not None:
                 scheduler = PlanScheduler(p, self._handover, inp.plan)
-                p.status.result = await self._in_time(scheduler.run())
+                outputs = await self._in_time(scheduler.run())
+                # Well under the payload limit: the biggest outputs travel as references.
+                p.status.result = await bounded(inp.run_id, outputs)
         except asyncio.CancelledError:
             await self._end("cancelled", "cancelled on request", p.undo.compensate_on_cancel)
             raise

@@ -98,6 +98,7 @@ from longrun.contracts.plans import (
 from longrun.contracts.run import (
     Compensation,
     CompletedCall,
+    KeepRequest,
     RunCarry,
     RunConfig,
     RunInput,
@@ -150,6 +151,7 @@ __all__ = [
     "Decision",
     "Expect",
     "JudgeCheck",
+    "KeepRequest",
     "LabelKey",
     "LabelValue",
     "LimitUse",

@@ -180,3 +180,10 @@ class RunResult(BaseModel):
     """What a completed run returns: the outputs of its final steps."""
 
     outputs: dict[str, Any] = Field(default_factory=dict)
+
+
+class KeepRequest(BaseModel):
+    """Input of `artifacts.keep`: outputs to store whole, by name."""
+
+    run_id: str
+    outputs: dict[str, Any]

@@ -1,0 +1,37 @@
+"""`artifacts.keep`: outputs too big to travel in a run's result, stored whole in the
+artifact store; the run lists them as references with previews."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from temporalio import activity
+
+from activities.artifacts import PREVIEW_CHARS, store_for
+from activities.errors import reported_with_attempt
+from longrun.contracts import KeepRequest
+from longrun.settings import Settings
+
+
+class KeepActivities:
+    """Stores outputs whole for the runs of one worker."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._store = store_for(settings)
+
+    @activity.defn(name="artifacts.keep")
+    async def keep(self, req: KeepRequest) -> dict[str, Any]:
+        """Each output as JSON in the store; a reference to each, by the same names."""
+        with reported_with_attempt():
+            return await asyncio.to_thread(self._keep, req)
+
+    def _keep(self, req: KeepRequest) -> dict[str, Any]:
+        refs: dict[str, Any] = {}
+        for name, output in req.outputs.items():
+            text = json.dumps(output, ensure_ascii=False, sort_keys=True)
+            data = text.encode()
+            artifact = self._store.put(req.run_id, data)
+            refs[name] = {"artifact": artifact, "bytes": len(data), "preview": text[:PREVIEW_CHARS]}
+        return refs
