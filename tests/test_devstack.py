@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -85,11 +86,7 @@ def test_dev_stack_runs_a_plan_and_stops_on_one_interrupt(tmp_path: Path) -> Non
             f"{api}/v1/runs",
             json={"goal": "g", "plan": {"steps": [{"id": "m", "model": {"prompt": "hi dev"}}]}},
         ).json()
-        for _ in range(300):
-            run = httpx.get(f"{api}/v1/runs/{created['run_id']}").json()
-            if run["status"] == "completed":
-                break
-            time.sleep(0.1)
+        run = _ended(api, created["run_id"])
         assert run["status"] == "completed", run
         assert "stand-in" in run["steps"][0]["output"]["text"]
         assert (tmp_path / STATE_DIR / "temporal.db").exists()
@@ -114,11 +111,7 @@ def test_dev_stack_runs_a_plan_and_stops_on_one_interrupt(tmp_path: Path) -> Non
             f"{api}/v1/runs",
             json={"goal": "g", "plan": {"steps": [{"id": "e", "tool": "echo"}]}},
         ).json()
-        for _ in range(300):
-            run = httpx.get(f"{api}/v1/runs/{again['run_id']}").json()
-            if run["status"] == "completed":
-                break
-            time.sleep(0.1)
+        run = _ended(api, again["run_id"])
         assert run["status"] == "completed", run
 
         # The demo goal, played by the stand-in, approved on the command line.
@@ -159,3 +152,14 @@ def _child_of(parent: int, marker: bytes) -> int:
         if ppid == parent and marker in cmdline:
             return int(entry.name)
     raise AssertionError(f"no child of {parent} runs {marker!r}")
+
+
+def _ended(api: str, run_id: str) -> dict[str, Any]:
+    """The run once it has completed (or as it is after 30 s)."""
+    run: dict[str, Any] = {}
+    for _ in range(300):
+        run = httpx.get(f"{api}/v1/runs/{run_id}").json()
+        if run["status"] == "completed":
+            break
+        time.sleep(0.1)
+    return run

@@ -29,6 +29,16 @@ def _replayer() -> Replayer:
     return Replayer(workflows=[RunWorkflow], data_converter=DATA_CONVERTER)
 
 
+async def _replays_and_is_kept(client: Client, run_id: str, name: str) -> None:
+    """The run's history replays; with LONGRUN_RECORD_HISTORIES it is saved as `name`."""
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{name}: {result.replay_failure}"
+    saved = HISTORIES / f"{name}.json"
+    if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
+        saved.write_text(history.to_json())
+
+
 async def test_saved_histories_replay() -> None:
     files = sorted(HISTORIES.glob("*.json"))
     assert files, "no saved histories to replay"
@@ -213,12 +223,7 @@ async def test_a_run_paused_for_its_model_and_resumed_replays(
         await api.post(f"/v1/runs/{run_id}/resume")
         run = await wait_run(run_id, http=api)
     assert run["status"] == "completed", run["error"]
-    history = await client.get_workflow_handle(run_id).fetch_history()
-    result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, result.replay_failure
-    saved = HISTORIES / "model_paused_and_resumed.json"
-    if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
-        saved.write_text(history.to_json())
+    await _replays_and_is_kept(client, run_id, "model_paused_and_resumed")
 
 
 async def test_a_run_changed_by_updates_replays(
@@ -239,12 +244,7 @@ async def test_a_run_changed_by_updates_replays(
     assert (await api.post(f"{url}/resume")).status_code == 202
     run = await wait_run(run_id)
     assert run["status"] == "completed", run["error"]
-    history = await client.get_workflow_handle(run_id).fetch_history()
-    result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, result.replay_failure
-    saved = HISTORIES / "changed_by_updates.json"
-    if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
-        saved.write_text(history.to_json())
+    await _replays_and_is_kept(client, run_id, "changed_by_updates")
 
 
 async def test_a_run_out_of_time_while_waiting_replays(
@@ -260,12 +260,7 @@ async def test_a_run_out_of_time_while_waiting_replays(
     assert (await api.post(f"/v1/runs/{run_id}/budget", json={"max_duration_s": 1})).is_success
     run = await wait_run(run_id)
     assert run["status"] == "failed" and "time budget (1 s)" in run["error"], run
-    history = await client.get_workflow_handle(run_id).fetch_history()
-    result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, result.replay_failure
-    saved = HISTORIES / "time_budget_while_waiting.json"
-    if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
-        saved.write_text(history.to_json())
+    await _replays_and_is_kept(client, run_id, "time_budget_while_waiting")
 
 
 async def test_a_run_cancelled_with_a_call_in_flight_replays(
@@ -285,9 +280,4 @@ async def test_a_run_cancelled_with_a_call_in_flight_replays(
     await api.post(f"/v1/runs/{run_id}/cancel", json={"compensate": True})
     run = await wait_run(run_id)
     assert run["status"] == "cancelled" and run["result"]["compensated"] == ["w"], run
-    history = await client.get_workflow_handle(run_id).fetch_history()
-    result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, result.replay_failure
-    saved = HISTORIES / "cancelled_with_a_call_in_flight.json"
-    if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
-        saved.write_text(history.to_json())
+    await _replays_and_is_kept(client, run_id, "cancelled_with_a_call_in_flight")

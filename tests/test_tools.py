@@ -79,6 +79,15 @@ async def assert_gone(pid: int) -> None:
     await eventually(lambda: not alive(pid), f"process {pid} outlived the tool call")
 
 
+async def assert_gone_or_kill(pid: int) -> None:
+    """Assert the process is gone, killing it if it is not (so no test leaves it behind)."""
+    try:
+        await assert_gone(pid)
+    finally:
+        if alive(pid):
+            os.kill(pid, 9)
+
+
 @pytest.fixture
 def cfg(tmp_path: Path) -> Settings:
     return Settings(
@@ -229,12 +238,7 @@ async def test_shell_timeout_kills_background_children_too(tools: Tools, workspa
     argv = ["sh", "-c", "sleep 30 & echo $! > pid; sleep 30"]
     err = await tools.fail("shell", argv=argv, timeout_s=0.5)
     assert err.type == "Timeout"
-    pid = await pid_from(workspace / "pid")
-    try:
-        await assert_gone(pid)
-    finally:
-        if alive(pid):
-            os.kill(pid, 9)
+    await assert_gone_or_kill(await pid_from(workspace / "pid"))
 
 
 async def test_shell_ends_when_the_command_exits_and_stops_what_it_left_behind(
@@ -245,12 +249,7 @@ async def test_shell_ends_when_the_command_exits_and_stops_what_it_left_behind(
     argv = ["sh", "-c", "sleep 30 & echo $! > pid; echo started"]
     out = await tools.run("shell", argv=argv, timeout_s=5)
     assert (out["exit_code"], out["stdout"]) == (0, "started\n")
-    pid = await pid_from(workspace / "pid")
-    try:
-        await assert_gone(pid)
-    finally:
-        if alive(pid):
-            os.kill(pid, 9)
+    await assert_gone_or_kill(await pid_from(workspace / "pid"))
 
 
 async def test_shell_unknown_command(tools: Tools) -> None:
