@@ -428,11 +428,11 @@ async def _update(
         return await handle.execute_update(update, arg, rpc_timeout=QUERY_TIMEOUT)
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
-        if not isinstance(cause, ApplicationError):
-            raise
-        raise HTTPException(
-            404 if cause.type == "UnknownApproval" else 409, cause.message
-        ) from None
+        if isinstance(cause, ApplicationError):
+            code = 404 if cause.type == "UnknownApproval" else 409
+            raise HTTPException(code, cause.message) from None
+        # Not refused by the run but ended otherwise (the run closed under it, say).
+        raise HTTPException(409, f"the change was not taken: {cause or exc}") from None
     except WorkflowUpdateRPCTimeoutOrCancelledError:
         raise HTTPException(
             503, "no longrun worker took the change in time; is a worker running?"
