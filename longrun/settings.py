@@ -14,6 +14,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from longrun.contracts import Limits, Price
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+# Where Temporal's HTTP API is: its gRPC port + 10 (`longrun dev` starts it there).
+TEMPORAL_HTTP_API_OFFSET = 10
 
 
 def _pair(host: str, port: str) -> str:
@@ -146,7 +148,8 @@ class Settings(BaseSettings):
             f"{self.api_host}:{self.api_port}": "the longrun API",
         }
         if temporal_port.isdigit():
-            found[f"{temporal_host}:{int(temporal_port) + 10}"] = "Temporal's HTTP API"
+            http_api = int(temporal_port) + TEMPORAL_HTTP_API_OFFSET
+            found[f"{temporal_host}:{http_api}"] = "Temporal's HTTP API"
         # Loopback under any of its names (and a server on every address) is the same.
         for pair, what in list(found.items()):
             host, _, port = pair.rpartition(":")

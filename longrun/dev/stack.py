@@ -22,12 +22,11 @@ import uvicorn
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
-from longrun.settings import Settings
+from longrun.settings import TEMPORAL_HTTP_API_OFFSET, Settings
 
 STATE_DIR = Path(".longrun")
 DEMO_SCENARIO = Path(__file__).parent / "scenarios" / "demo.json"
 READY_TIMEOUT_S = 60.0
-HTTP_API_OFFSET = 10  # the dev server's HTTP API is on its gRPC port + 10 under `longrun dev`
 # Restarts of the stack's processes: 1 s after the first exit, doubling to 30 s while a
 # process keeps exiting within a minute of its start.
 RESTART_FIRST_S = 1.0
@@ -266,7 +265,7 @@ async def _run_stack(settings: Settings) -> int:
         port=settings.dev_temporal_port,
         ui_port=settings.dev_ui_port,
         # A known port, so http_request can refuse it (it serves every run's history).
-        http_port=settings.dev_temporal_port + HTTP_API_OFFSET,
+        http_port=settings.dev_temporal_port + TEMPORAL_HTTP_API_OFFSET,
         namespace=settings.temporal_namespace,
         log_file=log_dir / "temporal.log",
     )
