@@ -99,14 +99,18 @@ class ArtifactStore(ABC):
             self.delete_run(run_id)
         return pruned
 
+    def reference(self, run_id: str, text: str) -> dict[str, Any]:
+        """Store `text`; a reference to it with its size and a preview."""
+        data = text.encode()
+        artifact = self.put(run_id, data)
+        return {"artifact": artifact, "bytes": len(data), "preview": text[:PREVIEW_CHARS]}
+
     def offload(self, run_id: str, value: Any, threshold: int) -> Any:
         """`value` with every string longer than `threshold` bytes stored and referenced."""
         if isinstance(value, str):
-            data = value.encode()
-            if len(data) <= threshold:
+            if len(value.encode()) <= threshold:
                 return value
-            artifact = self.put(run_id, data)
-            return {"artifact": artifact, "bytes": len(data), "preview": value[:PREVIEW_CHARS]}
+            return self.reference(run_id, value)
         if isinstance(value, dict) and not is_ref(value):
             return {k: self.offload(run_id, v, threshold) for k, v in value.items()}
         if isinstance(value, list):

@@ -9,7 +9,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.artifacts import PREVIEW_CHARS, store_for
+from activities.artifacts import store_for
 from activities.errors import reported_with_attempt
 from longrun.contracts import KeepRequest
 from longrun.settings import Settings
@@ -28,10 +28,9 @@ class KeepActivities:
             return await asyncio.to_thread(self._keep, req)
 
     def _keep(self, req: KeepRequest) -> dict[str, Any]:
-        refs: dict[str, Any] = {}
-        for name, output in req.outputs.items():
-            text = json.dumps(output, ensure_ascii=False, sort_keys=True)
-            data = text.encode()
-            artifact = self._store.put(req.run_id, data)
-            refs[name] = {"artifact": artifact, "bytes": len(data), "preview": text[:PREVIEW_CHARS]}
-        return refs
+        return {
+            name: self._store.reference(
+                req.run_id, json.dumps(output, ensure_ascii=False, sort_keys=True)
+            )
+            for name, output in req.outputs.items()
+        }

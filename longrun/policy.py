@@ -118,8 +118,10 @@ class Policy(BaseModel):
         self, tool: str, args: dict[str, Any], effect: str, *, urls_whole: bool = True
     ) -> bool:
         """For a call nobody opted out of: the default, or a binding rule."""
-        binding = self.binding_approval(tool, args, urls_whole=urls_whole)
-        return self.default_approval(tool, effect) or binding is not None
+        return (
+            self.default_approval(tool, effect)
+            or self.binding_approval(tool, args, urls_whole=urls_whole) is not None
+        )
 
 
 class PolicyError(ValueError):

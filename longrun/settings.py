@@ -63,12 +63,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
     temporal_address: str = Field("127.0.0.1:7233", alias="TEMPORAL_ADDRESS")
-    # How long a stopping worker (SIGTERM) lets activities in flight finish before it
-    # cancels them: a rolling deploy should not run a tool twice.
-    worker_shutdown_s: float = Field(60.0, alias="LONGRUN_WORKER_SHUTDOWN_S", ge=0)
     temporal_namespace: str = Field("default", alias="TEMPORAL_NAMESPACE")
     temporal_ui_url: str = Field("http://127.0.0.1:8233", alias="LONGRUN_TEMPORAL_UI_URL")
     task_queue: str = Field("longrun", alias="LONGRUN_TASK_QUEUE")
+    # How long a stopping worker (SIGTERM) lets activities in flight finish before it
+    # cancels them: a rolling deploy should not run a tool twice.
+    worker_shutdown_s: float = Field(60.0, alias="LONGRUN_WORKER_SHUTDOWN_S", ge=0)
 
     openai_base_url: str | None = Field(None, alias="OPENAI_BASE_URL")
     openai_api_key: SecretStr | None = Field(None, alias="OPENAI_API_KEY")

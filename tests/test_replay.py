@@ -29,9 +29,12 @@ def _replayer() -> Replayer:
     return Replayer(workflows=[RunWorkflow], data_converter=DATA_CONVERTER)
 
 
-async def _replays_and_is_kept(client: Client, run_id: str, name: str) -> None:
-    """The run's history replays; with LONGRUN_RECORD_HISTORIES it is saved as `name`."""
-    history = await client.get_workflow_handle(run_id).fetch_history()
+async def _replays_and_is_kept(
+    client: Client, run_id: str, name: str, segment: str | None = None
+) -> None:
+    """The run's history (of one segment, if given) replays; with LONGRUN_RECORD_HISTORIES
+    it is saved as `name`."""
+    history = await client.get_workflow_handle(run_id, run_id=segment).fetch_history()
     result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{name}: {result.replay_failure}"
     saved = HISTORIES / f"{name}.json"
@@ -142,12 +145,7 @@ async def test_fresh_histories_replay(
             )
         run = await wait_run(run_id)
         assert run["status"] in ("completed", "failed"), run
-        history = await client.get_workflow_handle(run_id).fetch_history()
-        result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
-        assert result.replay_failure is None, f"{name}: {result.replay_failure}"
-        saved = HISTORIES / f"{name}.json"
-        if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
-            saved.write_text(history.to_json())
+        await _replays_and_is_kept(client, run_id, name)
 
 
 async def test_segments_of_a_long_agent_run_replay(
@@ -168,13 +166,7 @@ async def test_segments_of_a_long_agent_run_replay(
     segments = [wf async for wf in client.list_workflows(f"WorkflowId = '{run_id}'")]
     assert len(segments) == 3
     for n, segment in enumerate(sorted(segments, key=lambda s: s.start_time), start=1):
-        handle = client.get_workflow_handle(run_id, run_id=segment.run_id)
-        history = await handle.fetch_history()
-        result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
-        assert result.replay_failure is None, f"segment {n}: {result.replay_failure}"
-        saved = HISTORIES / f"agent_segment_{n}.json"
-        if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
-            saved.write_text(history.to_json())
+        await _replays_and_is_kept(client, run_id, f"agent_segment_{n}", segment.run_id)
 
 
 async def test_segments_of_a_plan_run_that_compensates_after_a_hand_over_replay(
@@ -196,12 +188,8 @@ async def test_segments_of_a_plan_run_that_compensates_after_a_hand_over_replay(
     segments = [wf async for wf in client.list_workflows(f"WorkflowId = '{run_id}'")]
     assert len(segments) == 2
     for n, segment in enumerate(sorted(segments, key=lambda s: s.start_time), start=1):
-        history = await client.get_workflow_handle(run_id, run_id=segment.run_id).fetch_history()
-        result = await _replayer().replay_workflow(history, raise_on_replay_failure=False)
-        assert result.replay_failure is None, f"segment {n}: {result.replay_failure}"
-        saved = HISTORIES / f"compensated_after_hand_over_{n}.json"
-        if os.environ.get("LONGRUN_RECORD_HISTORIES") and not saved.exists():
-            saved.write_text(history.to_json())
+        name = f"compensated_after_hand_over_{n}"
+        await _replays_and_is_kept(client, run_id, name, segment.run_id)
 
 
 async def test_a_run_paused_for_its_model_and_resumed_replays(

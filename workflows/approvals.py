@@ -102,9 +102,9 @@ class Approvals:
     def decide(self, decision: ApprovalDecision) -> ApprovalRecord | None:
         """Take a person's decision and return the decided request; None (and nothing
         changes) if the request is unknown or already decided."""
-        record = self.records.get(decision.approval_id)
-        if record is None or record.decision is not None:
+        if self.refusal(decision) is not None:
             return None
+        record = self.records[decision.approval_id]
         del self.undecided[decision.approval_id]
         record.decision = decision.decision
         record.decided_at = self._now()
