@@ -1,9 +1,9 @@
 """The artifact store: big step outputs live here, not in workflow history.
 
-Content-addressed (sha256) per run. History and status carry a small reference,
-`{"artifact": "sha256:…", "bytes": n, "preview": "…"}`; a reference inside text is written
-`⟦artifact:sha256:…⟧`. Activities expand both back into content, so tools and models see the
-real data while the workflow only moves references.
+Content-addressed (sha256) per run. History and status carry a small reference (see
+longrun.refs): to a long string, or to a whole output too big to travel, stored as JSON.
+Activities expand references back into content, so tools and models see the real data
+while the workflow only moves references.
 
 Two backends share one interface, `ArtifactStore`: files on a shared disk
 (`LocalArtifactStore`) and an S3-compatible bucket (`S3ArtifactStore`); `store_for` picks
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from activities.errors import fatal
+from longrun import refs
+from longrun.refs import is_ref
 from longrun.settings import Settings
 
 if TYPE_CHECKING:
@@ -33,16 +36,13 @@ if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import ObjectTypeDef
 
 PREVIEW_CHARS = 200
-_MARKER = re.compile(r"⟦artifact:(sha256:[0-9a-f]{64})⟧")
+# An output whose JSON is bigger than this, once its long strings are stored, is stored
+# whole: one activity result stays far below Temporal's 2 MB payload limit.
+OUTPUT_MAX_BYTES = 64 * 1024
 # Letters, digits, `_` and `-` only: no `/`, `.` or empty name, so a run id can never leave
 # its own folder or key prefix.
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
-
-
-def is_ref(value: Any) -> bool:
-    """Whether `value` is an artifact reference."""
-    return isinstance(value, dict) and set(value) == {"artifact", "bytes", "preview"}
 
 
 def _checked(run_id: str) -> str:
@@ -105,31 +105,56 @@ class ArtifactStore(ABC):
         artifact = self.put(run_id, data)
         return {"artifact": artifact, "bytes": len(data), "preview": text[:PREVIEW_CHARS]}
 
+    def keep_json(self, run_id: str, value: Any) -> dict[str, Any]:
+        """Store `value` as JSON; a reference that reads back as the value."""
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        ref = self.reference(run_id, text)
+        return refs.json_ref(ref["artifact"], ref["bytes"], ref["preview"])
+
     def offload(self, run_id: str, value: Any, threshold: int) -> Any:
-        """`value` with every string longer than `threshold` bytes stored and referenced."""
+        """`value` with every string longer than `threshold` bytes stored and referenced,
+        and stored whole if it is still bigger than OUTPUT_MAX_BYTES."""
+        value = self._offload_strings(run_id, value, threshold)
+        structured = isinstance(value, dict | list) and not is_ref(value)
+        if structured and len(json.dumps(value, ensure_ascii=False).encode()) > OUTPUT_MAX_BYTES:
+            return self.keep_json(run_id, value)
+        return value
+
+    def _offload_strings(self, run_id: str, value: Any, threshold: int) -> Any:
         if isinstance(value, str):
             if len(value.encode()) <= threshold:
                 return value
             return self.reference(run_id, value)
         if isinstance(value, dict) and not is_ref(value):
-            return {k: self.offload(run_id, v, threshold) for k, v in value.items()}
+            return {k: self._offload_strings(run_id, v, threshold) for k, v in value.items()}
         if isinstance(value, list):
-            return [self.offload(run_id, v, threshold) for v in value]
+            return [self._offload_strings(run_id, v, threshold) for v in value]
         return value
 
     def expand(self, run_id: str, value: Any) -> Any:
         """`value` with references (whole or written inside text) replaced by content."""
         if is_ref(value):
-            return self.get(run_id, value["artifact"]).decode(errors="replace")
+            return self._read(run_id, value)
         if isinstance(value, str):
-            return _MARKER.sub(
-                lambda m: self.get(run_id, m.group(1)).decode(errors="replace"), value
-            )
+            return refs.MARKER.sub(lambda m: self._marked(run_id, m), value)
         if isinstance(value, dict):
             return {k: self.expand(run_id, v) for k, v in value.items()}
         if isinstance(value, list):
             return [self.expand(run_id, v) for v in value]
         return value
+
+    def _marked(self, run_id: str, match: re.Match[str]) -> str:
+        path = [p for p in match.group(2).split(".") if p]
+        if not path:
+            return self.get(run_id, match.group(1)).decode(errors="replace")
+        ref = refs.json_ref(match.group(1), 0, "")
+        return refs.as_text(self._read(run_id, {**ref, "path": path}))
+
+    def _read(self, run_id: str, ref: dict[str, Any]) -> Any:
+        try:
+            return refs.read_back(ref, self.get(run_id, ref["artifact"]))
+        except (LookupError, ValueError) as exc:
+            raise fatal(f"run '{run_id}', artifact {ref['artifact']}: {exc}") from None
 
 
 class LocalArtifactStore(ArtifactStore):

@@ -4,7 +4,6 @@ artifact store; the run lists them as references with previews."""
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from temporalio import activity
@@ -29,8 +28,5 @@ class KeepActivities:
 
     def _keep(self, req: KeepRequest) -> dict[str, Any]:
         return {
-            name: self._store.reference(
-                req.run_id, json.dumps(output, ensure_ascii=False, sort_keys=True)
-            )
-            for name, output in req.outputs.items()
+            name: self._store.keep_json(req.run_id, output) for name, output in req.outputs.items()
         }

@@ -78,6 +78,20 @@ def _preview(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": cut}
 
 
+def bounded_turns(turns: list[dict[str, Any]], max_bytes: int) -> None:
+    """Cut the oldest tool results of `turns` to previews, in place, until their contents
+    take at most `max_bytes` (the model would see them cut anyway: `assemble` keeps only
+    the latest results whole)."""
+    sizes = [len(str(m.get("content") or "").encode()) for m in turns]
+    total = sum(sizes)
+    for i, message in enumerate(turns):
+        if total <= max_bytes:
+            return
+        if message.get("role") == "tool":
+            turns[i] = _preview(message)
+            total -= sizes[i] - len(str(turns[i].get("content") or "").encode())
+
+
 def assemble(
     brief: Brief,
     notes: list[str],

@@ -5,7 +5,6 @@ Nothing here does I/O, reads a clock or draws randomness, so the workflow may ca
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
@@ -14,6 +13,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ValidationError
 
+from longrun import refs
 from longrun.contracts import (
     LIMITS,
     Budget,
@@ -284,25 +284,25 @@ def normalize_plan(
 
 
 def lookup(value: Any, path: list[str], where: str) -> Any:
-    """The value at `path` (keys, or list indices as digits) inside `value`."""
-    for part in path:
-        if isinstance(value, Mapping) and part in value:
-            value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            raise ReferenceError_(f"{where}: no field '{part}'")
+    """The value at `path` (keys, or list indices as digits) inside `value`. Inside a stored
+    JSON value the answer is a reference to the part, which the activity reads back."""
+    for at, key in enumerate(path):
+        if refs.is_ref(value):
+            inner = refs.within(value, path[at:])
+            if inner is None:
+                raise ReferenceError_(f"{where}: no field '{key}' (the output is stored text)")
+            return inner
+        try:
+            value = refs.part(value, [key], where)
+        except LookupError as exc:
+            raise ReferenceError_(str(exc)) from None
     return value
 
 
 def render(value: Any) -> str:
     """A referenced value as text: strings as they are, artifacts as markers the activity
     expands, anything else as JSON."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and set(value) == {"artifact", "bytes", "preview"}:
-        return f"⟦artifact:{value['artifact']}⟧"
-    return json.dumps(value)
+    return refs.marker(value) if refs.is_ref(value) else refs.as_text(value)
 
 
 def resolve_text(text: str, output_of: Callable[[str], Any]) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,11 +14,14 @@ from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
 from activities.artifacts import (
+    OUTPUT_MAX_BYTES,
     ArtifactStore,
     LocalArtifactStore,
     S3ArtifactStore,
     store_for,
 )
+from longrun import plans
+from longrun.refs import is_ref
 from longrun.settings import Settings
 
 RUN_A = "run-" + "a" * 32
@@ -214,3 +218,27 @@ def test_offload_and_expand_round_trip(store: ArtifactStore) -> None:
     assert store.expand(RUN_A, {"prompt": text}) == {"prompt": f"before {BIG} after"}
     with pytest.raises(ApplicationError, match="has no artifact"):
         store.expand(RUN_B, offloaded)  # another run cannot read it
+
+
+def test_an_output_too_big_to_travel_is_stored_whole_and_read_back_by_parts(
+    store: ArtifactStore,
+) -> None:
+    # No string is long enough to be stored on its own; together they are too big.
+    value = {"words": [f"word-{i:05d}" for i in range(10_000)], "n": 7}
+    ref = store.offload(RUN_A, value, 1000)
+    assert is_ref(ref) and ref["json"] is True and ref["bytes"] > OUTPUT_MAX_BYTES
+    assert store.expand(RUN_A, ref) == value
+    # A plan's reference into the output names the part; the activity reads the part.
+    part = plans.lookup(ref, ["words", "42"], "{{steps.s.output.words.42}}")
+    assert store.expand(RUN_A, part) == "word-00042"
+    assert store.expand(RUN_A, plans.lookup(ref, ["n"], "n")) == 7
+    # Inside text the part is written with its path.
+    text = plans.render(plans.lookup(ref, ["words"], "words"))
+    assert json.loads(store.expand(RUN_A, text)) == value["words"]
+    # A part that is not there fails the call, naming it.
+    with pytest.raises(ApplicationError, match="no field 'missing'"):
+        store.expand(RUN_A, plans.lookup(ref, ["missing"], "m"))
+    # Stored text has no parts: the plan is told so before any call.
+    text_ref = store.offload(RUN_A, BIG, 1000)
+    with pytest.raises(plans.ReferenceError_, match="stored text"):
+        plans.lookup(text_ref, ["x"], "{{steps.s.output.x}}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from longrun.context import assemble, estimate_tokens
+from longrun.context import assemble, bounded_turns, estimate_tokens
 from longrun.contracts import Brief
 
 
@@ -92,3 +92,16 @@ def test_the_tool_schemas_count_against_the_budget() -> None:
     assert trimmed[0] == "note"
     _, trimmed = assemble(brief(token_budget=size(full) + 10), NOTES, [])
     assert trimmed == []
+
+
+def test_a_turn_of_many_big_tool_results_is_bounded_oldest_first() -> None:
+    turns: list[dict[str, Any]] = [{"role": "user", "content": "u" * 1000}]
+    for i in range(20):  # twenty 32 KB results: 640 KB, more than one call should carry
+        turns.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"{i}:" + "r" * 32_000})
+    bounded_turns(turns, 256 * 1024)
+    sizes = [len(m["content"].encode()) for m in turns]
+    assert sum(sizes) <= 256 * 1024
+    assert turns[0]["content"] == "u" * 1000  # only tool results are cut
+    assert turns[-1]["content"].startswith("19:") and sizes[-1] > 32_000  # the newest stay
+    assert "older result cut" in turns[1]["content"]
+    assert [m["tool_call_id"] for m in turns[1:]] == [f"c{i}" for i in range(20)]

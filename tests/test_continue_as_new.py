@@ -11,12 +11,16 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from api.app import create_app
+from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
+from longrun.temporal import DATA_CONVERTER
 from tests.helpers import Poll, submit
+from workflows import RunWorkflow
 
 
 @pytest.fixture
@@ -171,3 +175,123 @@ async def test_a_hand_over_carries_whole_only_the_outputs_still_needed(
     # Nothing after the hand-over needed it: the first segment's history has it whole.
     carried = (await short.get(f"/v1/runs/{run_id}/steps/dropped")).json()["output"]
     assert carried["truncated"] is True
+
+
+async def carried_bytes(client: Client, run_id: str) -> list[int]:
+    """The size of what each hand-over carried; every segment replays (the bounded-carry
+    patch: these histories are too big to keep among the saved ones)."""
+    sizes = []
+    replayer = Replayer(workflows=[RunWorkflow], data_converter=DATA_CONVERTER)
+    async for wf in client.list_workflows(f"WorkflowId = '{run_id}'"):
+        history = await client.get_workflow_handle(run_id, run_id=wf.run_id).fetch_history()
+        replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert replayed.replay_failure is None, replayed.replay_failure
+        started = history.events[0].workflow_execution_started_event_attributes
+        if started.continued_execution_run_id:
+            [payload] = started.input.payloads
+            sizes.append(len(json.dumps(json.loads(payload.data)["carry"])))
+    return sizes
+
+
+async def test_a_hand_over_too_big_to_travel_stores_its_biggest_outputs(
+    short: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    # Twelve end steps of ~60 KB of short strings each: together their outputs, which the
+    # result needs, are ~720 KB, above what a hand-over may carry.
+    words = [f"item-{i:05d}-of-the-listing" for i in range(2000)]
+    app = FastAPI()
+
+    @app.get("/listing/{n}")
+    async def listing(n: int) -> dict[str, Any]:
+        return {"n": n, "words": words}
+
+    with ServerThread(app) as server:
+        steps: list[dict[str, Any]] = [
+            {"id": f"get{n}", "tool": "http_request", "args": {"url": f"{server.url}/listing/{n}"}}
+            for n in range(12)
+        ]
+        # They end while a gate waits: the hand-over comes then, carrying them all.
+        steps.append({"id": "gate", "approval": {"message": "go on?"}})
+        steps = [{**s, "depends_on": []} for s in steps]
+        steps += [{"id": "e0", "tool": "echo", "depends_on": ["gate"]}]
+        # A part of a stored output, read through its reference.
+        steps.append(
+            {
+                "id": "pick",
+                "tool": "echo",
+                "args": {"value": "{{steps.get0.output.json.words.7}}"},
+                "depends_on": ["e0", "get0"],
+            }
+        )
+        run_id = await submit(short, steps)
+        await wait_run(
+            run_id,
+            lambda r: (
+                r["pending_approvals"]
+                and all(s["status"] == "completed" for s in r["steps"] if s["id"].startswith("get"))
+            ),
+            http=short,
+        )
+        decided = await short.post(
+            f"/v1/runs/{run_id}/approvals/apr-gate", json={"decision": "approve"}
+        )
+        assert decided.status_code == 202, decided.text
+        run = await wait_run(run_id, timeout_s=120, http=short)
+    assert run["status"] == "completed", run["error"]
+    assert await segments(client, run_id) >= 2
+    pick = (await short.get(f"/v1/runs/{run_id}/steps/pick")).json()
+    assert pick["output"] == {"value": "item-00007-of-the-listing"}
+    sizes = await carried_bytes(client, run_id)
+    assert sizes and max(sizes) <= 600 * 1024, sizes
+    # Every end step's output is whole in the result or reads back whole from the store.
+    outputs = (await client.get_workflow_handle(run_id).result())["outputs"]
+    for n in range(1, 12):
+        output = outputs[f"get{n}"]
+        if "artifact" in output:
+            stored = await short.get(f"/v1/runs/{run_id}/artifacts/{output['artifact']}")
+            output = json.loads(stored.text)
+        assert output["json"] == {"n": n, "words": words}
+
+
+async def test_an_audit_too_big_to_travel_is_stored_and_read_back_whole(
+    short: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    # 150 approvals, one after another, each with a long comment: their records and audit
+    # entries outgrow what a hand-over may carry.
+    gates = 150
+    steps: list[dict[str, Any]] = [
+        {
+            "id": f"g{i}",
+            "tool": "echo",
+            "args": {"value": "v" * 600},
+            "requires_approval": True,
+            "depends_on": [f"g{i - 1}"] if i else [],
+        }
+        for i in range(gates)
+    ]
+    steps.append({"id": "end", "tool": "echo", "depends_on": [f"g{gates - 1}"]})
+    run_id = await submit(short, steps)
+    for i in range(gates):
+        await wait_run(
+            run_id,
+            lambda r, i=i: any(a["approval_id"] == f"apr-g{i}" for a in r["pending_approvals"]),
+            http=short,
+        )
+        response = await short.post(
+            f"/v1/runs/{run_id}/approvals/apr-g{i}",
+            json={"decision": "approve", "comment": f"yes {i} " + "c" * 3900},
+        )
+        assert response.status_code == 202, response.text
+    run = await wait_run(run_id, timeout_s=180, http=short)
+    assert run["status"] == "completed", run["error"]
+    sizes = await carried_bytes(client, run_id)
+    assert sizes and max(sizes) <= 600 * 1024, sizes
+    audit = (await short.get(f"/v1/runs/{run_id}/audit")).json()
+    assert audit["archived"]
+    approved = [e["detail"] for e in audit["entries"] if e["action"] == "approve"]
+    assert [d.split(" ")[0] for d in approved] == [f"apr-g{i}" for i in range(gates)]
+    times = [e["at"] for e in audit["entries"]]
+    assert times == sorted(times)
+    # A decision stored away is still a decision: deciding it again is refused.
+    again = await short.post(f"/v1/runs/{run_id}/approvals/apr-g0", json={"decision": "reject"})
+    assert again.status_code == 409, again.text

@@ -33,11 +33,14 @@ class Approvals:
         self.undecided: dict[str, ApprovalRecord] = {}
         # Requests a step was waiting on when the last segment handed over, by step.
         self._resumable: dict[str, ApprovalRecord] = {}
+        # Decided requests an earlier segment stored away (see HandOver), by id.
+        self.archived: dict[str, None] = {}
 
-    def restore(self, records: list[ApprovalRecord]) -> None:
+    def restore(self, records: list[ApprovalRecord], archived: list[str]) -> None:
         """Take over an earlier segment's requests (after the steps): a step still waiting
         waits on its request again."""
         self.records = {a.approval_id: a for a in records}
+        self.archived = dict.fromkeys(archived)
         self.undecided = {k: a for k, a in self.records.items() if a.decision is None}
         for record in self.records.values():
             step = self._steps.by_id.get(record.step_id)
@@ -66,7 +69,7 @@ class Approvals:
     ) -> ApprovalRecord:
         approval_id = f"{'help' if kind == 'needs_help' else 'apr'}-{step_id}"
         base, n = approval_id, 1
-        while approval_id in self.records:  # asked again about the same step
+        while approval_id in self.records or approval_id in self.archived:  # asked again
             n += 1
             approval_id = f"{base}-{n}"
         record = ApprovalRecord(
@@ -90,6 +93,10 @@ class Approvals:
         """Why a decision cannot be taken, as (kind, message): "UnknownApproval" or
         "AlreadyDecided" (naming the decision that won); None if it can."""
         record = self.records.get(decision.approval_id)
+        if record is None and decision.approval_id in self.archived:
+            return "AlreadyDecided", (
+                f"approval '{decision.approval_id}' was already decided (see the audit trail)"
+            )
         if record is None:
             return "UnknownApproval", f"the run has no approval '{decision.approval_id}'"
         if record.decision is not None:
@@ -132,6 +139,12 @@ class Approvals:
         """Every request, decided ones without their arguments (those are in history and
         the audit trail): what status shows and what a hand-over carries."""
         return [_decided(a) for a in self.records.values()]
+
+    def archive(self, approval_ids: list[str]) -> None:
+        """Forget decided requests stored away; their ids stay taken."""
+        for approval_id in approval_ids:
+            del self.records[approval_id]
+            self.archived[approval_id] = None
 
     def waits(self) -> list[str]:
         """One line per open request, for the Web UI."""

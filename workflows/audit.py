@@ -18,6 +18,7 @@ class AuditLog:
     def __init__(self, now: Clock, entries: list[AuditEntry]) -> None:
         self._now = now
         self.entries = entries
+        self.archived: list[str] = []  # artifacts holding earlier entries, oldest first
 
     def record(self, actor: str, action: str, detail: str | None = None) -> None:
         """Add a decision to the trail."""

@@ -4,16 +4,24 @@ as new, and how the next one takes it over."""
 from __future__ import annotations
 
 import asyncio
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from temporalio import workflow
 
+from workflows import stored
 from workflows.parts import RunParts
-from workflows.steps import AGENT_STEPS_KEPT, OPEN, listed
+from workflows.steps import AGENT_STEPS_KEPT, LISTED_OUTPUT_CHARS, OPEN, PREVIEW_CHARS, listed
 
 with workflow.unsafe.imports_passed_through():
     from longrun import plans
     from longrun.contracts import AgentCarry, Plan, RunCarry
+
+# Well under Temporal's 2 MB payload limit, beside the run's own input (a plan is at most
+# the API's 1 MB request).
+CARRY_MAX_BYTES = 512 * 1024
+AUDIT_KEPT = 100  # the newest audit entries stay in the carry when older ones are stored
+# Runs started before carried everything whole, and replay that way.
+BOUNDED_CARRY_PATCH = "bounded-carry"
 
 
 class HandOver:
@@ -29,9 +37,11 @@ class HandOver:
         p = self._parts
         self.segment = carry.segment
         p.steps.restore(carry.steps, carry.steps_dropped)
-        p.approvals.restore(carry.approvals)  # after the steps: it reads who waits
+        # After the steps: it reads who waits.
+        p.approvals.restore(carry.approvals, carry.approvals_archived)
         p.ledger.restore(carry.usage, carry.budget, carry.started, carry.pause_request)
         p.audit.entries = carry.audit
+        p.audit.archived = carry.archived
         p.undo.restore(carry.completed_calls, carry.compensate_on_cancel)
 
     def due(self, settled: int) -> bool:
@@ -55,23 +65,59 @@ class HandOver:
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._parts.audit.record("longrun", "continued as new", f"segment {self.segment + 1}")
         carry = self.carry(agent)
+        if _size(carry) > CARRY_MAX_BYTES and workflow.patched(BOUNDED_CARRY_PATCH):
+            carry = await self._bounded(agent)
         workflow.continue_as_new(self._parts.inp.model_copy(update={"carry": carry}))
 
-    def carry(self, agent: AgentCarry | None = None) -> RunCarry:
-        """What the next segment starts from."""
+    async def _bounded(self, agent: AgentCarry | None) -> RunCarry:
+        """The carry within its bound: outputs nobody needs as short previews, then the
+        biggest needed outputs stored whole, then earlier audit entries and decided
+        approvals stored away. What is stored goes by reference; a decision or entry that
+        arrives meanwhile travels as usual."""
+        p = self._parts
+        run_id = p.inp.run_id
+        carry = self.carry(agent, preview=PREVIEW_CHARS)
+        over = _size(carry) - CARRY_MAX_BYTES
+        if over > 0:
+            outputs = {s.id: s.output for s in carry.steps if s.output is not None}
+            room = sum(stored.size(o) for o in outputs.values()) - over
+            kept = await stored.fit(run_id, outputs, max(room, 0))
+            for step_id, output in kept.items():
+                if output is not outputs[step_id]:
+                    p.steps.by_id[step_id].output = output
+            carry = self.carry(agent, preview=PREVIEW_CHARS)
+        if _size(carry) > CARRY_MAX_BYTES:
+            entries = p.audit.entries[:-AUDIT_KEPT]
+            decided = [a for a in p.approvals.listed() if a.decision is not None]
+            for chunk in _chunks(
+                [("audit", e.model_dump(mode="json")) for e in entries]
+                + [("approvals", a.model_dump(mode="json")) for a in decided]
+            ):
+                ref = (await stored.keep(run_id, {"archive": chunk}))["archive"]
+                p.audit.archived.append(ref["artifact"])
+            del p.audit.entries[: len(entries)]
+            p.approvals.archive([a.approval_id for a in decided])
+            carry = self.carry(agent, preview=PREVIEW_CHARS)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return carry
+
+    def carry(self, agent: AgentCarry | None = None, preview: int | None = None) -> RunCarry:
+        """What the next segment starts from; outputs nobody needs are cut to `preview`
+        characters when given."""
         p = self._parts
         steps = list(p.steps.by_id.values())
         dropped = p.steps.dropped
+        limit = LISTED_OUTPUT_CHARS if preview is None else preview
         if p.inp.plan is not None:
             # Outputs later steps refer to, and the result's, travel whole; the rest are
             # in history already and travel as previews.
             needed = self._needed_outputs(p.inp.plan)
-            steps = [s if s.id in needed else listed(s) for s in steps]
+            steps = [s if s.id in needed else listed(s, limit) for s in steps]
         if agent is not None:
             # An agent's tool calls are referenced by nobody later: the recent ones travel,
             # big outputs previewed, the rest are counted.
             dropped += max(0, len(steps) - AGENT_STEPS_KEPT)
-            steps = [listed(s) for s in steps[-AGENT_STEPS_KEPT:]]
+            steps = [listed(s, limit) for s in steps[-AGENT_STEPS_KEPT:]]
         return RunCarry(
             segment=self.segment + 1,
             started=p.ledger.started,
@@ -87,6 +133,8 @@ class HandOver:
             pause_request=p.ledger.pause_request,
             compensate_on_cancel=p.undo.compensate_on_cancel,
             agent=agent,
+            archived=p.audit.archived,
+            approvals_archived=list(p.approvals.archived),
         )
 
     def _needed_outputs(self, plan: Plan) -> set[str]:
@@ -99,3 +147,24 @@ class HandOver:
             if steps[step.id].status in OPEN:
                 needed |= plans.referenced_steps(step)
         return needed
+
+
+def _size(carry: RunCarry) -> int:
+    return stored.size(carry.model_dump(mode="json"))
+
+
+def _chunks(items: list[tuple[str, dict[str, Any]]]) -> list[dict[str, list[dict[str, Any]]]]:
+    """Archive records grouped into chunks that each fit one `artifacts.keep` call."""
+    chunks: list[dict[str, list[dict[str, Any]]]] = []
+    chunk: dict[str, list[dict[str, Any]]] = {"audit": [], "approvals": []}
+    used = 0
+    for kind, record in items:
+        record_size = stored.size(record)
+        if used and used + record_size > stored.BATCH_MAX_BYTES // 2:
+            chunks.append(chunk)
+            chunk, used = {"audit": [], "approvals": []}, 0
+        chunk[kind].append(record)
+        used += record_size
+    if used:
+        chunks.append(chunk)
+    return chunks

@@ -86,7 +86,8 @@ class RunWorkflow:
     @workflow.query(name="audit")
     def audit(self) -> AuditTrail:
         """Every decision about the run, oldest first."""
-        return AuditTrail(run_id=self._p.inp.run_id, entries=self._p.audit.entries)
+        audit = self._p.audit
+        return AuditTrail(run_id=self._p.inp.run_id, entries=audit.entries, archived=audit.archived)
 
     @workflow.signal(name="pause")
     def pause(self, request: ControlRequest) -> None:

@@ -105,6 +105,7 @@ class StatusBoard:
             steps_omitted=omitted,
             pending_approvals=self._approvals.pending(),
             approvals=self._approvals.listed(),
+            approvals_archived=list(self._approvals.archived),
             usage=self._ledger.usage_now(),
             labels=self._inp.labels,
             result={k: shown(v, limit) for k, v in self.result.items()}

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.exceptions import RequestValidationError
 from pydantic import StringConstraints
+from starlette.concurrency import run_in_threadpool
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
@@ -31,6 +32,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
+from api.archive import archived_entries
 from api.attempts import show_retries
 from api.auth import Approver, Operator, Principal, Reader, Submitter
 from api.deps import Gateway, PolicyDep, SettingsDep, TemporalClient
@@ -404,10 +406,12 @@ async def _ended_decision(handle: WorkflowHandle[Any, Any], run_id: str, approva
     409 naming the decision taken, if one was."""
     state = await _query_state(handle)
     record = next((a for a in state.approvals if a.approval_id == approval_id), None)
-    if record is None:
-        raise HTTPException(404, f"run '{run_id}' has no approval '{approval_id}'")
     decided = ""
-    if record.decision is not None:
+    if approval_id in state.approvals_archived:
+        decided = f"approval '{approval_id}' was already decided (see the audit trail); "
+    elif record is None:
+        raise HTTPException(404, f"run '{run_id}' has no approval '{approval_id}'")
+    elif record.decision is not None:
         decided = f"approval '{approval_id}' was already decided: {record.decision} by "
         decided += f"{record.decided_by}; "
     raise HTTPException(409, f"{decided}run '{run_id}' has already ended")
@@ -533,8 +537,13 @@ async def get_step(run_id: str, step_id: str, client: TemporalClient, caller: Re
 
 
 @router.get("/{run_id}/audit", responses=answers(404))
-async def get_audit(run_id: str, client: TemporalClient, caller: Reader) -> AuditTrail:
+async def get_audit(
+    run_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
+) -> AuditTrail:
     """Every decision about the run, oldest first: who, when, what and why."""
     handle, _ = await describe_run(client, run_id)
     trail: AuditTrail = await _query(handle, RunWorkflow.audit)
+    if trail.archived:  # a long run stored its earlier entries away
+        earlier = await run_in_threadpool(archived_entries, settings, run_id, trail.archived)
+        trail.entries = earlier + trail.entries
     return trail

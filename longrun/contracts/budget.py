@@ -105,6 +105,10 @@ class AuditTrail(BaseModel):
 
     run_id: str
     entries: list[AuditEntry]
+    archived: list[str] = Field(
+        default_factory=list,
+        description="artifacts holding earlier entries, oldest first (the API reads them in)",
+    )
 
 
 class ControlRequest(_Strict):

@@ -102,6 +102,10 @@ class RunState(BaseModel):
     )
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     approvals: list[ApprovalRecord] = Field(default_factory=list)
+    approvals_archived: list[str] = Field(
+        default_factory=list,
+        description="ids of decided approvals a long run no longer lists (the audit has them)",
+    )
     usage: Usage = Field(default_factory=Usage)
     labels: dict[str, str] = Field(default_factory=dict)
     result: Any = None
@@ -159,6 +163,9 @@ class RunCarry(BaseModel):
     compensate_on_cancel: bool = False
     agent: AgentCarry | None = None
     steps_dropped: int = 0  # an agent's tool calls not carried
+    # Earlier audit entries and decided approvals, stored when the carry grew too big.
+    archived: list[str] = Field(default_factory=list)
+    approvals_archived: list[str] = Field(default_factory=list)  # their ids
 
 
 class RunInput(BaseModel):

@@ -23,12 +23,15 @@ with workflow.unsafe.imports_passed_through():
     # tool registry (read for argument schemas and side-effect classes only).
     from activities.model import ModelActivities
     from activities.tools import REGISTRY
-    from longrun import prompts
+    from longrun import context, prompts
     from longrun.contracts import ActRequest, ActResult, AgentSpec, PlanItem, ToolCallRequest
 
 # Runs started before the journal existed replay without its activities.
 MEMORY_PATCH = "agent-memory"
 TOOL_RESULT_CHARS = 32_000  # of a tool result in history (its big fields are references)
+# Of one step's turns as `model.act` gets them: a turn of many big tool results keeps the
+# call's input well under Temporal's 2 MB payload limit.
+TURNS_MAX_BYTES = 256 * 1024
 OBSERVATION_CHARS = 1500
 
 
@@ -119,6 +122,7 @@ class Actor:
                 else:
                     reply = await self._call_tool(item, call)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": reply})
+            context.bounded_turns(messages, TURNS_MAX_BYTES)
         item.summary = f"stopped after {self._spec.max_turns_per_step} turns without a summary"
         return False
 
