@@ -1,8 +1,9 @@
 """Who is calling: API keys (stored as SHA-256 hashes in settings) and their roles.
 
 Roles: `viewer` reads, `submitter` starts runs and cancels its own, `approver` decides
-approvals, `admin` may do everything. With no keys configured the API answers loopback
-clients only, each as a local admin.
+approvals, `admin` may do everything. Secrets are granted apart from roles: a key's runs may
+name only the secrets the key lists. With no keys configured the API answers loopback
+clients only, each as a local admin who may name every secret.
 """
 
 from __future__ import annotations
@@ -24,10 +25,15 @@ class Principal(BaseModel):
 
     name: str
     roles: frozenset[Role]
+    secrets: frozenset[str] = frozenset()
 
     def may(self, *roles: Role) -> bool:
         """Whether the caller holds one of `roles` (admins hold them all)."""
         return "admin" in self.roles or bool(self.roles & set(roles))
+
+    def ungranted(self, names: list[str]) -> list[str]:
+        """The secrets among `names` this caller's runs may not name."""
+        return [] if "*" in self.secrets else [n for n in names if n not in self.secrets]
 
 
 PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip", "via")
@@ -55,13 +61,15 @@ def authenticate(request: Request, settings: SettingsDep) -> Principal:
                     f" (this request came through a proxy: {', '.join(proxied)})" if proxied else ""
                 ),
             )
-        return Principal(name="local", roles=frozenset({"admin"}))
+        return Principal(name="local", roles=frozenset({"admin"}), secrets=frozenset({"*"}))
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and token:
         digest = hash_key(token.strip())
         for key in settings.api_keys:
             if hmac.compare_digest(digest, key.sha256):
-                return Principal(name=key.name, roles=frozenset(key.roles))
+                return Principal(
+                    name=key.name, roles=frozenset(key.roles), secrets=frozenset(key.secrets)
+                )
     raise HTTPException(401, "a valid API key is required", headers={"WWW-Authenticate": "Bearer"})
 
 

@@ -40,6 +40,9 @@ class ToolCatalogue(Protocol):
     @property
     def args_model(self) -> type[BaseModel]: ...
 
+    @property
+    def exposes_secrets(self) -> bool: ...
+
     def side_effect_of(self, args: BaseModel) -> SideEffect: ...
 
 
@@ -421,6 +424,8 @@ def validate_agent(
             found = check_tool_call(check.tool, check.args, (*loc, "check"), tools, policy)
             errors += found
             why = policy.binding_approval(check.tool, check.args) if policy else None
+            if not found and not why and tools[check.tool].exposes_secrets:
+                why = (policy or Policy()).secret_approval(check.tool, check.args)
             if not found and why:
                 # A check runs unattended, so it cannot be a call that policy gates.
                 errors.append(PlanError(loc=(*loc, "check", "tool"), msg=f"not as a check: {why}"))

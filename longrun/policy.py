@@ -16,10 +16,17 @@ A TOML file (LONGRUN_POLICY_FILE) says per tool:
     arg = "path"
     not_prefix = "out/"
 
+    [[tools.shell.secrets_vouched_when]]
+    arg = "argv"                    # a list argument is compared as its words joined
+    prefix = "./deploy.sh "         # by spaces
+
 By default a call needs approval when it is irreversible, and a plan step may opt out with
 `"requires_approval": false`. `approval = "always"` and `require_approval_when` rules bind:
-no step can opt out of them. A run's own `tools` list can only narrow what is allowed.
-Pure code, so the workflow evaluates it on the arguments a call really gets.
+no step can opt out of them. So does this one: a call that hands a secret to a command
+(a tool that exposes secrets, such as `shell` with `secret_env`) needs approval unless a
+`secrets_vouched_when` rule of the tool holds, since the command may pass the secret on in
+any form, beyond what redaction can recognise. A run's own `tools` list can only narrow
+what is allowed. Pure code, so the workflow evaluates it on the arguments a call really gets.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from longrun import secrets
 
 
 class Condition(BaseModel):
@@ -49,12 +58,15 @@ class Condition(BaseModel):
             raise ValueError("a condition needs one of in, not_in, prefix, not_prefix")
         return self
 
-    def holds(self, args: dict[str, Any], *, urls_whole: bool = True) -> bool:
+    def holds(self, args: dict[str, Any], *, urls_whole: bool = True, words: bool = False) -> bool:
         """Whether the call's arguments meet this condition. `urls_whole=False` is how
-        runs started before compared URLs (as paths, so URL prefixes never matched)."""
+        runs started before compared URLs (as paths, so URL prefixes never matched);
+        with `words`, a list of strings is compared as its items joined by spaces."""
         value = args.get(self.arg)
         text = ""
-        if isinstance(value, str) and value:
+        if words and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            text = " ".join(value)
+        elif isinstance(value, str) and value:
             # Compare paths as written canonically, so "./deploy/x" meets a "deploy/" rule;
             # a URL as written ("https://a/b" as a path would lose a slash).
             text = value if urls_whole and "://" in value else posixpath.normpath(value)
@@ -76,6 +88,7 @@ class ToolPolicy(BaseModel):
     allowed: bool = True
     approval: Literal["always", "never", "by_side_effect"] = "by_side_effect"
     require_approval_when: list[Condition] = Field(default_factory=list)
+    secrets_vouched_when: list[Condition] = Field(default_factory=list)
 
 
 class Policy(BaseModel):
@@ -105,6 +118,16 @@ class Policy(BaseModel):
                 rule = condition.model_dump(exclude_none=True, by_alias=True)
                 return f"policy: {tool} needs approval when {rule}"
         return None
+
+    def secret_approval(self, tool: str, args: dict[str, Any]) -> str | None:
+        """Why a call that hands the named secrets to a command needs approval, or None
+        when it names none or a `secrets_vouched_when` rule of the tool holds."""
+        names = secrets.named(args)
+        if not names:
+            return None
+        if any(c.holds(args, words=True) for c in self.of(tool).secrets_vouched_when):
+            return None
+        return f"policy: {tool} gets the secrets {', '.join(names)} and no rule vouches for it"
 
     def default_approval(self, tool: str, effect: str) -> bool:
         """Whether a call needs approval when the step does not say; `effect` is the

@@ -32,6 +32,9 @@ class ApiKey(BaseModel):
     name: str = Field(min_length=1, max_length=100)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     roles: list[Role] = Field(min_length=1)
+    # The secrets (LONGRUN_SECRETS names) runs submitted with this key may name; "*" for
+    # all. None by default, whatever the roles.
+    secrets: list[str] = Field(default_factory=list)
 
 
 def hash_key(key: str) -> str:

@@ -148,3 +148,16 @@ def test_url_prefixes_match_urls_as_written() -> None:
     assert policy.binding_approval("write_file", {"path": "deploy/../x"}) is None
     # How runs started before compared them (and go on replaying).
     assert policy.binding_approval("http_request", stripe, urls_whole=False) is None
+
+
+def test_a_command_given_a_secret_needs_a_rule_that_vouches_for_it() -> None:
+    policy = Policy.model_validate(
+        {"tools": {"shell": {"secrets_vouched_when": [{"arg": "argv", "prefix": "./deploy.sh "}]}}}
+    )
+    env = {"secret_env": {"T": {"secret": "deploy_token"}}}
+    assert policy.secret_approval("shell", {"argv": ["./deploy.sh", "prod"], **env}) is None
+    why = policy.secret_approval("shell", {"argv": ["sh", "-c", "echo $T | base64"], **env})
+    assert why == "policy: shell gets the secrets deploy_token and no rule vouches for it"
+    # "./deploy.sh" as the start of a longer word is not the command vouched for.
+    assert policy.secret_approval("shell", {"argv": ["./deploy.shx", "prod"], **env})
+    assert policy.secret_approval("shell", {"argv": ["sh", "-c", "true"]}) is None

@@ -19,9 +19,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import SecretStr
 from temporalio import activity
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from activities.model import ModelActivities
 from activities.tools.builtin import SecretRef, reveal
@@ -36,10 +37,13 @@ from api.app import create_app
 from longrun.contracts import CheckRequest, Expect, ToolCall, ToolCheck
 from longrun.dev.stack import ServerThread, TemporalDevServer, temporal_binary
 from longrun.settings import ApiKey, Settings, hash_key
+from longrun.temporal import DATA_CONVERTER
 from tests.helpers import Poll
+from workflows import RunWorkflow
 
 SECRET = "Bearer s3cr3t-VALUE-9f2c"
 API_KEY = "api-key-7d41-never-in-history"
+INTERN_KEY = "api-key-of-someone-granted-no-secret"
 
 
 @pytest.fixture
@@ -48,7 +52,10 @@ def settings(settings: Settings) -> Settings:
     return settings.model_copy(
         update={
             "secrets": {"svc_token": SecretStr(SECRET)},
-            "api_keys": [ApiKey(name="ops", sha256=hash_key(API_KEY), roles=["admin"])],
+            "api_keys": [
+                ApiKey(name="ops", sha256=hash_key(API_KEY), roles=["admin"], secrets=["*"]),
+                ApiKey(name="intern", sha256=hash_key(INTERN_KEY), roles=["admin"]),
+            ],
         }
     )
 
@@ -98,6 +105,7 @@ def readable(exported: str) -> str:
 
 async def test_secret_values_never_reach_history(
     http: httpx.AsyncClient,
+    client: Client,
     worker: Worker,
     guarded: str,
     wait_run: Poll,
@@ -127,9 +135,22 @@ async def test_secret_values_never_reach_history(
     response = await http.post("/v1/runs", json={"goal": "use a secret", "plan": plan})
     assert response.status_code == 202, response.text
     run_id = response.json()["run_id"]
+    # A command given a secret could pass it on in any form: a person looks first.
+    run = await wait_run(run_id, lambda r: r["status"] == "waiting_approval", http=http)
+    [pending] = run["pending_approvals"]
+    assert "shell gets the secrets svc_token" in pending["summary"]
+    decided = await http.post(
+        f"/v1/runs/{run_id}/approvals/{pending['approval_id']}", json={"decision": "approve"}
+    )
+    assert decided.status_code == 202, decided.text
     run = await wait_run(run_id, http=http)
     assert run["status"] == "completed", run
     assert run["steps"][0]["output"]["json"] == {"ok": True, "echo": "[secret]"}
+    # The secret-approval patch replays.
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    replayer = Replayer(workflows=[RunWorkflow], data_converter=DATA_CONVERTER)
+    replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None, replayed.replay_failure
 
     exported = subprocess.run(
         [
@@ -152,6 +173,66 @@ async def test_secret_values_never_reach_history(
     assert "svc_token" in shown  # the history names the secret...
     assert "s3cr3t" not in shown  # ...but never holds its value
     assert API_KEY not in shown and hash_key(API_KEY) not in shown
+
+
+async def test_secrets_are_named_only_by_keys_granted_them(
+    settings: Settings, http: httpx.AsyncClient, client: Client
+) -> None:
+    step = {
+        "id": "call",
+        "tool": "http_request",
+        "args": {"url": "http://127.0.0.1:9/", "headers": {"X": {"secret": "svc_token"}}},
+    }
+    body = {"goal": "g", "plan": {"steps": [step]}, "labels": {"t": "granted-secrets"}}
+    intern = {"Authorization": f"Bearer {INTERN_KEY}"}
+    refused = await http.post("/v1/runs", json=body, headers=intern)
+    assert refused.status_code == 403
+    assert "'intern' is not granted the secrets svc_token" in refused.json()["detail"]
+    # Also in an acceptance check, and nothing was started.
+    check = {
+        "id": "c",
+        "check": {"tool": "http_request", "args": step["args"], "expect": {"contains": "ok"}},
+    }
+    agent = {"goal": "g", "acceptance": [check], "labels": {"t": "granted-secrets"}}
+    assert (await http.post("/v1/runs", json=agent, headers=intern)).status_code == 403
+    started = await client.count_workflows("LongrunLabels = 't:granted-secrets'")
+    assert started.count == 0
+    granted = await http.post("/v1/runs", json={**body, "labels": {}})
+    assert granted.status_code == 202, granted.text
+    await client.get_workflow_handle(granted.json()["run_id"]).terminate("test")
+
+
+async def test_a_check_may_hand_a_secret_only_to_a_command_the_policy_vouches_for(
+    settings: Settings, client: Client, tmp_path: Path
+) -> None:
+    check = {
+        "id": "c",
+        "check": {
+            "tool": "shell",
+            "args": {
+                "argv": ["./probe.sh", "--quiet"],
+                "secret_env": {"T": {"secret": "svc_token"}},
+            },
+            "expect": {"exit_code": 0},
+        },
+    }
+    body = {"goal": "g", "acceptance": [check]}
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    transport = httpx.ASGITransport(app=create_app(settings))
+    async with httpx.AsyncClient(transport=transport, base_url="http://a", headers=headers) as c:
+        refused = await c.post("/v1/runs", json=body)
+    assert refused.status_code == 422
+    assert "shell gets the secrets svc_token and no rule vouches" in refused.text
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        '[[tools.shell.secrets_vouched_when]]\narg = "argv"\nprefix = "./probe.sh "\n'
+    )
+    vouched = create_app(settings.model_copy(update={"policy_file": policy}))
+    transport = httpx.ASGITransport(app=vouched)
+    async with httpx.AsyncClient(transport=transport, base_url="http://a", headers=headers) as c:
+        response = await c.post("/v1/runs", json=body)
+    assert response.status_code == 202, response.text
+    await client.get_workflow_handle(response.json()["run_id"]).terminate("test")
 
 
 async def test_an_unknown_secret_fails_the_step_by_name(

@@ -15,6 +15,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
     from longrun.contracts import RetrySpec
+    from longrun.policy import Policy
 
 TOOL_TIMEOUT = timedelta(minutes=10)
 TOOL_TIMEOUT_MARGIN = timedelta(seconds=30)
@@ -83,3 +84,10 @@ def policy_urls_whole() -> bool:
     """Whether policy rules compare URL arguments as written: runs started before compared
     them as paths (URL prefixes never matched) and replay that way."""
     return workflow.patched("policy-urls-whole")
+
+
+def secret_approval(policy: Policy, tool: str, args: dict[str, Any]) -> str | None:
+    """Why a call that hands secrets to a command needs approval (see longrun.policy);
+    runs started before let a step opt out of it, and replay that way."""
+    why = policy.secret_approval(tool, args)
+    return why if why and workflow.patched("secret-approval") else None

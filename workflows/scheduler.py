@@ -10,12 +10,20 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-from workflows.common import StepFailed, failure_of, policy_urls_whole, preview
+from workflows.common import (
+    StepFailed,
+    failure_of,
+    policy_urls_whole,
+    preview,
+    secret_approval,
+)
 from workflows.handover import HandOver
 from workflows.parts import RunParts
 from workflows.steps import DONE
 
 with workflow.unsafe.imports_passed_through():
+    # Safe to pass through: the tool registry is read for which tools expose secrets.
+    from activities.tools import REGISTRY
     from longrun import plans
     from longrun.contracts import ModelRequest, Plan, RetrySpec, Step, StepState
 
@@ -123,6 +131,8 @@ class PlanScheduler:
             binding = p.inp.config.policy.binding_approval(
                 step.tool, resolved, urls_whole=policy_urls_whole()
             )
+            if binding is None and REGISTRY[step.tool].exposes_secrets:
+                binding = secret_approval(p.inp.config.policy, step.tool, resolved)
         if step.approval is not None or step.requires_approval or binding:
             summary = (
                 resolved.get("message") or f"{step.kind} step '{step.id}': {preview(resolved)}"

@@ -307,7 +307,7 @@ class ShellArgs(_Args):
     )
 
 
-@tool("shell", args=ShellArgs, side_effect=SideEffect.IRREVERSIBLE)
+@tool("shell", args=ShellArgs, side_effect=SideEffect.IRREVERSIBLE, exposes_secrets=True)
 async def shell(args: ShellArgs, ctx: ToolContext) -> dict[str, Any]:
     """Run a command (an argv list, no shell) in the run's workspace."""
     stdin = args.stdin.encode() if args.stdin is not None else None

@@ -91,6 +91,9 @@ class ToolSpec:
     side_effect: SideEffect | Callable[[Any], SideEffect]
     fn: ToolFn
     compensation: Compensation | None = None
+    # Hands named secrets to a command that may pass them on in any form: such a call
+    # needs approval unless the policy vouches for it (longrun.policy).
+    exposes_secrets: bool = False
 
     @property
     def activity_name(self) -> str:
@@ -130,6 +133,7 @@ def tool(
     args: type[BaseModel],
     side_effect: SideEffect | Callable[[Any], SideEffect],
     compensate: Compensation | None = None,
+    exposes_secrets: bool = False,
 ) -> Callable[[ToolFn], ToolFn]:
     """Register `fn` as the tool `name`; its docstring's first line describes it.
 
@@ -141,7 +145,9 @@ def tool(
         if name in REGISTRY:
             raise ValueError(f"tool '{name}' is registered twice")
         description = (fn.__doc__ or name).strip().splitlines()[0]
-        REGISTRY[name] = ToolSpec(name, description, args, side_effect, fn, compensate)
+        REGISTRY[name] = ToolSpec(
+            name, description, args, side_effect, fn, compensate, exposes_secrets
+        )
         return fn
 
     return register

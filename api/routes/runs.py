@@ -49,6 +49,7 @@ from api.schemas import (
     RunSummary,
     answers,
 )
+from longrun import secrets
 from longrun.contracts import (
     FINAL_RUN_STATUSES,
     LABEL_KEY_PATTERN,
@@ -68,6 +69,7 @@ from longrun.contracts import (
     RunStatusName,
     StepQuery,
     StepState,
+    ToolCheck,
 )
 from longrun.plans import (
     PlanError,
@@ -190,6 +192,13 @@ def _fingerprint(body: RunRequest) -> str:
     return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
 
 
+def _secrets_named(body: RunRequest) -> list[str]:
+    """Every secret the request's steps and checks name."""
+    args = [step.args for step in body.plan.steps] if body.plan is not None else []
+    args += [c.check.args for c in body.acceptance or [] if isinstance(c.check, ToolCheck)]
+    return secrets.named(args)
+
+
 def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput:
     """The workflow input for a request, or 422 with every problem found."""
     errors = validate_agent(body, REGISTRY, policy)
@@ -256,6 +265,11 @@ async def create_run(
     """Start a run of an explicit plan, or of a goal the agent plans itself; a repeated
     `Idempotency-Key` returns the same run."""
     inp = _run_input(body, settings, policy)  # a bad request is 422 while Temporal is down
+    ungranted = caller.ungranted(_secrets_named(body))
+    if ungranted:
+        raise HTTPException(
+            403, f"the API key '{caller.name}' is not granted the secrets {', '.join(ungranted)}"
+        )
     client = await gateway.client()
     fingerprint = _fingerprint(body)
     if idempotency_key is None:

@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
     # tool registry (read for argument schemas and side-effect classes only).
     from activities.model import ModelActivities
     from activities.tools import REGISTRY
-    from longrun import context, prompts
+    from longrun import context, prompts, secrets
     from longrun.contracts import ActRequest, ActResult, AgentSpec, PlanItem, ToolCallRequest
 
 # Runs started before the journal existed replay without its activities.
@@ -153,7 +153,7 @@ class Actor:
             args = json.loads(call.arguments or "{}")
             if not isinstance(args, dict):
                 raise ValueError("not an object")
-            if briefs.names_a_secret(args):
+            if secrets.named(args):
                 raise ValueError("secrets are for plan steps written by people, not for agents")
             parsed = spec.args_model.model_validate(args)
         except (ValueError, ValidationError, RecursionError) as exc:

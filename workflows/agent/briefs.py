@@ -149,15 +149,6 @@ def finish_summary(call: ToolCallRequest) -> str:
     return str(summary or call.arguments)[:1000]
 
 
-def names_a_secret(value: Any) -> bool:
-    """Whether tool arguments name a secret anywhere (`{"secret": ...}`)."""
-    if isinstance(value, dict):
-        return set(value) == {"secret"} or any(names_a_secret(v) for v in value.values())
-    if isinstance(value, list):
-        return any(names_a_secret(v) for v in value)
-    return False
-
-
 def duplicate_ids(plan: AgentPlan | None) -> str | None:
     """What is wrong with a plan whose step ids repeat, or None."""
     if plan is None:
