@@ -16,6 +16,7 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DefaultFailureConverter, PayloadConverter
+from temporalio.envconfig import ClientConfig
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -52,10 +53,18 @@ MAX_CONNECT_DELAY_S = 30.0
 
 
 async def connect(settings: Settings) -> Client:
-    """A client for the configured server and namespace, with the pydantic converter."""
+    """A client for the configured server and namespace, with the pydantic converter.
+
+    TLS, mTLS and API-key authentication come from Temporal's own client configuration:
+    `TEMPORAL_TLS`, `TEMPORAL_TLS_CA`, `TEMPORAL_TLS_CERT`, `TEMPORAL_TLS_KEY`,
+    `TEMPORAL_TLS_SERVER_NAME`, `TEMPORAL_API_KEY`, or a profile of the configuration file
+    (`TEMPORAL_CONFIG_FILE`, `TEMPORAL_PROFILE`), as the `temporal` CLI reads them.
+    """
+    config = ClientConfig.load_client_connect_config()
+    config["target_host"] = settings.temporal_address
+    config["namespace"] = settings.temporal_namespace
     return await Client.connect(
-        settings.temporal_address,
-        namespace=settings.temporal_namespace,
+        **config,
         data_converter=DATA_CONVERTER,
         # Client interceptors apply to workers built on this client too.
         interceptors=[TracingInterceptor()],
