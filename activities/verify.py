@@ -14,7 +14,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.errors import reported_with_attempt
+from activities.errors import fatal, reported_with_attempt
 from activities.heartbeat import heartbeating
 from activities.memory import Journal
 from activities.model import ModelActivities
@@ -129,7 +129,9 @@ class VerifyActivities:
         self._journal = Journal.of(settings)
 
     async def _run_check(self, req: CheckRequest, check: ToolCheck) -> Verdict:
-        spec = REGISTRY[check.tool]
+        spec = REGISTRY.get(check.tool)
+        if spec is None:  # the API knew the tool; this worker does not
+            raise fatal(f"no tool '{check.tool}' on this worker: run workers of the API's version")
         args = dict(check.args)
         # A check wants to see failures, not to fail on them.
         for flag in ("check", "raise_for_status"):

@@ -8,12 +8,16 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI, Request
+from pydantic import BaseModel
 
+from activities.tools.registry import ToolContext, tool
 from api.app import create_app
+from longrun.contracts import SideEffect
 from longrun.dev.stack import ServerThread, TemporalDevServer, free_port
 from longrun.settings import Settings
 from longrun.temporal import connect
@@ -270,3 +274,30 @@ async def test_a_worker_started_before_temporal_waits_for_it(
         assert "worker polling" in log.read_text()
     finally:
         stop_processes(worker)
+
+
+class NewerArgs(BaseModel):
+    n: int = 0
+
+
+@tool("newer_than_the_workers", args=NewerArgs, side_effect=SideEffect.READ_ONLY)
+async def newer_than_the_workers(args: NewerArgs, ctx: ToolContext) -> dict[str, Any]:
+    """A tool this test's API knows and a worker process does not."""
+    return {"n": args.n}
+
+
+async def test_a_step_naming_a_tool_the_worker_lacks_fails_saying_so(
+    api: httpx.AsyncClient, settings: Settings, wait_run: Poll, tmp_path: Path
+) -> None:
+    worker = start_worker(settings, tmp_path)
+    try:
+        step = {"id": "new", "tool": "newer_than_the_workers", "args": {"n": 1}}
+        run_id = await submit(api, [{"id": "first", "tool": "echo"}, {**step}])
+        run = await wait_run(run_id)
+    finally:
+        stop_processes(worker)
+    assert run["status"] == "failed", run
+    assert run["steps"][0]["status"] == "completed"
+    assert run["steps"][1]["status"] == "failed"
+    assert "no tool 'newer_than_the_workers' on the worker" in run["steps"][1]["error"]
+    assert "same version as the API" in run["error"]

@@ -22,7 +22,8 @@ from workflows.parts import RunParts
 from workflows.steps import DONE
 
 with workflow.unsafe.imports_passed_through():
-    # Safe to pass through: the tool registry is read for which tools expose secrets.
+    # Safe to pass through: the tool registry is read for which tools exist and which
+    # expose secrets.
     from activities.tools import REGISTRY
     from longrun import plans
     from longrun.contracts import ModelRequest, Plan, RetrySpec, Step, StepState
@@ -121,6 +122,12 @@ class PlanScheduler:
     async def _perform(self, step: Step, state: StepState) -> dict[str, Any] | None:
         """Run one step; None means it was skipped after a rejection."""
         p = self._parts
+        if step.tool is not None and step.tool not in REGISTRY:
+            # The API knew the tool; this worker does not (workers older than the API?).
+            raise StepFailed(
+                f"no tool '{step.tool}' on the worker that ran this step: run workers of the "
+                "same version as the API"
+            )
         try:
             resolved = self._resolve(step)
         except plans.ReferenceError_ as exc:

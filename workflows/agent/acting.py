@@ -51,7 +51,9 @@ class Actor:
         self._state = state
         self._checker = checker
         self._memory = memory
-        self._offered = [briefs.tool_schema(name) for name in spec.tools] + [prompts.FINISH_TOOL]
+        # Only tools this worker has (the API may know newer ones).
+        tools = [name for name in spec.tools if name in REGISTRY]
+        self._offered = [briefs.tool_schema(name) for name in tools] + [prompts.FINISH_TOOL]
 
     async def act(self, item: PlanItem, feedback: str | None) -> bool:
         """Work on one step until the model says it is done; True if `finish` was proven."""
@@ -146,7 +148,12 @@ class Actor:
                 f"Refused ({refusal}): the tool is not allowed in this run, so nothing ran. "
                 f"Allowed tools: {allowed}."
             )
-        spec = REGISTRY[call.name]
+        spec = REGISTRY.get(call.name)
+        if spec is None:  # the API knew the tool; this worker does not
+            state = p.steps.add(step_id, "tool")
+            refusal = f"no tool '{call.name}' on this worker: run workers of the API's version"
+            p.steps.settle(state, "failed", error=refusal)
+            return f"The tool failed: {refusal}. Use another tool."
         try:
             if len(call.arguments) > MAX_ARGUMENT_CHARS:
                 raise ValueError(f"longer than {MAX_ARGUMENT_CHARS} characters")
