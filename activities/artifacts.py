@@ -105,6 +105,15 @@ class ArtifactStore(ABC):
         artifact = self.put(run_id, data)
         return {"artifact": artifact, "bytes": len(data), "preview": text[:PREVIEW_CHARS]}
 
+    def keep(self, run_id: str, value: Any) -> dict[str, Any]:
+        """Store `value` whole: text as it is, anything else as JSON; a reference that
+        reads back as the value."""
+        return (
+            self.reference(run_id, value)
+            if isinstance(value, str)
+            else self.keep_json(run_id, value)
+        )
+
     def keep_json(self, run_id: str, value: Any) -> dict[str, Any]:
         """Store `value` as JSON; a reference that reads back as the value."""
         text = json.dumps(value, ensure_ascii=False, sort_keys=True)

@@ -1,5 +1,5 @@
-"""`artifacts.keep`: outputs too big to travel in a run's result, stored whole in the
-artifact store; the run lists them as references with previews."""
+"""`artifacts.keep`: values too big to travel in one payload (a run's result, a hand-over,
+a call's arguments), stored whole in the artifact store; the run moves references."""
 
 from __future__ import annotations
 
@@ -27,6 +27,4 @@ class KeepActivities:
             return await asyncio.to_thread(self._keep, req)
 
     def _keep(self, req: KeepRequest) -> dict[str, Any]:
-        return {
-            name: self._store.keep_json(req.run_id, output) for name, output in req.outputs.items()
-        }
+        return {name: self._store.keep(req.run_id, output) for name, output in req.outputs.items()}

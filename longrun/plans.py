@@ -320,8 +320,7 @@ def resolve(value: Any, output_of: Callable[[str], Any]) -> Any:
     inside a longer string is rendered as text (JSON for non-strings).
     """
     if isinstance(value, str):
-        refs = references(value)
-        if not refs:
+        if not references(value):
             return value
 
         def fetch(match: re.Match[str]) -> Any:
@@ -331,9 +330,10 @@ def resolve(value: Any, output_of: Callable[[str], Any]) -> Any:
             path = [p for p in ref.group(2).split(".") if p]
             return lookup(output_of(step_id), path, match.group(0))
 
-        whole = _TEMPLATE.fullmatch(value)
-        if whole is not None:
-            return fetch(whole)
+        # Exactly one reference, spanning the string ("{{a}}{{b}}" is two, rendered as text).
+        matches = list(_TEMPLATE.finditer(value))
+        if len(matches) == 1 and matches[0].span() == (0, len(value)):
+            return fetch(matches[0])
 
         return _TEMPLATE.sub(lambda match: render(fetch(match)), value)
     if isinstance(value, Mapping):

@@ -77,6 +77,43 @@ async def test_big_outputs_leave_history_and_are_read_through(
     assert (await api.get(f"/v1/runs/{other}/artifacts")).status_code == 404
 
 
+async def test_call_arguments_too_big_to_travel_are_stored_and_read_back(
+    api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    # Five outputs of ~56 KB of short strings each travel whole; a step that writes them
+    # all into one argument or prompt would send ~280 KB.
+    words = [f"word-{i:05d}-of-a-long-list" for i in range(2000)]
+    steps: list[dict[str, Any]] = [
+        {"id": f"w{n}", "tool": "echo", "args": {"value": words}} for n in range(5)
+    ]
+    every = "".join(f"{{{{steps.w{n}.output.value}}}}" for n in range(5))
+    steps.append(
+        {"id": "save", "tool": "write_file", "args": {"path": "out/all.txt", "content": every}}
+    )
+    steps.append({"id": "ask", "model": {"prompt": f"big-prompt: {every}"}})
+    run_id = await submit(api, steps)
+    run = await wait_run(run_id, timeout_s=120)
+    assert run["status"] == "completed", run["error"]
+    expected = json.dumps(words) * 5
+    saved = await api.get(f"/v1/runs/{run_id}/artifacts/out/all.txt")
+    assert saved.text == expected
+    [call] = standin.calls("big-prompt")
+    assert call["messages"][-1]["content"] == f"big-prompt: {expected}"
+    # Neither call carried it whole.
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    sizes = {a.activity_type.name: sum(len(p.data) for p in a.input.payloads) for a in scheduled}
+    assert sizes["tool.write_file"] < 64 * 1024 and sizes["model.complete"] < 64 * 1024, sizes
+    replayed = await Replayer(
+        workflows=[RunWorkflow], data_converter=DATA_CONVERTER
+    ).replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None, replayed.replay_failure
+
+
 async def test_a_result_too_big_to_travel_lists_references(
     api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
 ) -> None:

@@ -51,6 +51,7 @@ def test_irreversible_tools_are_gated_unless_the_step_says_otherwise() -> None:
         ("{{steps.a.output.items}}", [{"n": 1}, {"n": 2}]),
         ("n={{steps.a.output.items.1.n}}!", "n=2!"),
         ("all: {{steps.a.output.items}}", 'all: [{"n": 1}, {"n": 2}]'),
+        ("{{steps.a.output.text}}{{steps.a.output.count}}", "hi3"),  # two, side by side
         ("no references", "no references"),
     ],
 )

@@ -11,6 +11,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, RetryState
 from temporalio.workflow import ActivityCancellationType
 
+from workflows import stored
 from workflows.common import (
     MAX_RETRY_INTERVAL,
     MODEL_TIMEOUT,
@@ -42,10 +43,15 @@ ACTIVITY_IDS_PATCH = "activity-ids"
 # started before let it go on its own.
 TOOL_CANCEL_PATCH = "tool-cancel-waits"
 ACTIVITY_ID_CHARS = 200
+# A call's arguments (or a model step's prompt) beyond this are stored whole and travel
+# as references, which the activity reads back; runs started before sent them whole.
+CALL_MAX_BYTES = 256 * 1024
+BOUNDED_CALLS_PATCH = "bounded-calls"
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: a method reference and pydantic models, no I/O at import.
     from activities.model import ModelActivities
+    from longrun import refs
     from longrun.contracts import ModelRequest, ModelResult, RetrySpec, ToolCall, ToolResult
 
 
@@ -77,6 +83,7 @@ class Calls:
     ) -> ToolResult:
         """Run `tool.<name>` for a step (after the checkpoint); raises ActivityError when it
         fails for good."""
+        args = await self._bounded(args)
         call = ToolCall(
             run_id=self.run_id,
             step_id=step_id,
@@ -111,6 +118,10 @@ class Calls:
     ) -> ModelResult:
         """One `model.complete` call of a plan step, with the step's retries (or the retry
         window) and timeout."""
+        texts = await self._bounded({"prompt": request.prompt, "system": request.system})
+        if texts["prompt"] is not request.prompt or texts["system"] is not request.system:
+            written = {k: refs.marker(v) if refs.is_ref(v) else v for k, v in texts.items()}
+            request = request.model_copy(update=written)
         result: ModelResult = await self._model(
             ModelActivities.complete,
             request,
@@ -119,6 +130,12 @@ class Calls:
             summary=f"step {request.step_id}: model {request.model}",
         )
         return result
+
+    async def _bounded(self, values: dict[str, Any]) -> dict[str, Any]:
+        """`values` within CALL_MAX_BYTES: the biggest stored whole, as references."""
+        if stored.size(values) <= CALL_MAX_BYTES or not workflow.patched(BOUNDED_CALLS_PATCH):
+            return values
+        return await stored.fit(self.run_id, values, CALL_MAX_BYTES)
 
     async def execute(
         self, method: Any, arg: Any, *, summary: str, limit: timedelta = MODEL_TIMEOUT

@@ -1,5 +1,6 @@
-"""Outputs too big to travel in one payload, stored whole in the artifact store: the run
-moves references to them (longrun.refs), which activities read back."""
+"""Values too big to travel in one payload (outputs, a call's arguments, a prompt), stored
+whole in the artifact store: the run moves references to them (longrun.refs), which
+activities read back."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def size(value: Any) -> int:
 
 
 async def fit(run_id: str, outputs: dict[str, Any], limit: int) -> dict[str, Any]:
-    """`outputs`, the biggest replaced by references until the whole fits `limit` bytes."""
+    """`outputs` (named values), the biggest replaced by references until the whole fits
+    `limit` bytes."""
     sizes = {name: size(value) for name, value in outputs.items()}
     total = sum(sizes.values())
     if total <= limit:
