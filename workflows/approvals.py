@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from longrun.contracts import ApprovalDecision, ApprovalKind, ApprovalRecord, PendingApproval
 
 APPROVAL_SUMMARY_CHARS = 2000
+SHORT_CHARS = 200  # of an older decided request's summary and comment in status
 
 
 class Approvals:
@@ -135,10 +136,15 @@ class Approvals:
             for a in self.undecided.values()
         ]
 
-    def listed(self) -> list[ApprovalRecord]:
+    def listed(self, whole: int | None = None) -> list[ApprovalRecord]:
         """Every request, decided ones without their arguments (those are in history and
-        the audit trail): what status shows and what a hand-over carries."""
-        return [_decided(a) for a in self.records.values()]
+        the audit trail): what a hand-over carries. With `whole`, decided requests before
+        the latest `whole` have their summary and comment cut short: what status shows,
+        which stays small however many requests a run has."""
+        records = [_decided(a) for a in self.records.values()]
+        if whole is None or len(records) <= whole:
+            return records
+        return [_short(a) for a in records[:-whole]] + records[-whole:]
 
     def archive(self, approval_ids: list[str]) -> None:
         """Forget decided requests stored away; their ids stay taken."""
@@ -155,3 +161,14 @@ def _decided(record: ApprovalRecord) -> ApprovalRecord:
     if record.decision is None or record.arguments is None:
         return record
     return record.model_copy(update={"arguments": None})
+
+
+def _short(record: ApprovalRecord) -> ApprovalRecord:
+    if record.decision is None:
+        return record
+    return record.model_copy(
+        update={
+            "summary": cut(record.summary, SHORT_CHARS),
+            "comment": cut(record.comment, SHORT_CHARS) if record.comment else None,
+        }
+    )

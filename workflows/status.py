@@ -25,6 +25,8 @@ with workflow.unsafe.imports_passed_through():
 STATUS_OUTPUT_CHARS = 500_000  # of all outputs in status together
 STATUS_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunStatus")
 LABELS_ATTRIBUTE = SearchAttributeKey.for_keyword_list("LongrunLabels")
+# Decided approvals listed with their whole summary and comment; older ones are cut short.
+APPROVALS_LISTED_WHOLE = 100
 
 
 class AgentView(Protocol):
@@ -104,7 +106,7 @@ class StatusBoard:
             steps=[listed(s, limit) for s in steps],
             steps_omitted=omitted,
             pending_approvals=self._approvals.pending(),
-            approvals=self._approvals.listed(),
+            approvals=self._approvals.listed(whole=APPROVALS_LISTED_WHOLE),
             approvals_archived=list(self._approvals.archived),
             usage=self._ledger.usage_now(),
             labels=self._inp.labels,
