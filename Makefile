@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit bench demo conformance clean
+.PHONY: run test lint typecheck unit bench chaos demo conformance clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ bench: $(STAMP)  ## speed, fault tolerance and prompt growth, printed, never ass
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/agent_faults.py
 	$(BIN)/python bench/context_growth.py
+
+chaos: $(STAMP)  ## runs under killed workers, Temporal and API restarts and model outages, printed (~11-14 min)
+	$(BIN)/python bench/chaos.py
 
 demo: $(STAMP)  ## a goal-only run against the stack that `make run` started
 	$(BIN)/longrun demo
