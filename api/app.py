@@ -12,8 +12,9 @@ from temporalio.service import RPCError
 
 from api.allow import AllowEveryMethod
 from api.deps import TemporalGateway
+from api.feed import EventFeed
 from api.guard import BodyGuard
-from api.routes import artifacts, health, runs
+from api.routes import artifacts, events, health, runs
 from longrun.policy import load_policy
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
@@ -51,8 +52,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.policy = load_policy(settings.policy_file)  # a bad file stops start-up
     app.state.temporal = TemporalGateway(settings)
+    app.state.events = EventFeed(settings)
     app.include_router(health.router)
     app.include_router(runs.router)
+    app.include_router(events.router)
     app.include_router(artifacts.router)
     app.add_middleware(BodyGuard, limit=settings.max_request_bytes)
     app.add_middleware(AllowEveryMethod)

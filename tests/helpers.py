@@ -77,6 +77,7 @@ def _env(settings: Settings) -> dict[str, str]:
         "OPENAI_API_KEY": "test-key",
         "LONGRUN_MODEL": settings.model,
         "LONGRUN_DATA_DIR": str(settings.data_dir),
+        "LONGRUN_CONTINUE_AS_NEW_EVERY": str(settings.continue_as_new_every),
     }
 
 

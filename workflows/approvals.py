@@ -10,6 +10,7 @@ from temporalio import workflow
 
 from workflows.audit import AuditLog
 from workflows.common import Clock, cut
+from workflows.events import EventLog
 from workflows.steps import StepBook
 
 with workflow.unsafe.imports_passed_through():
@@ -23,10 +24,16 @@ class Approvals:
     """Every approval request of a run, decided or not."""
 
     def __init__(
-        self, now: Clock, audit: AuditLog, steps: StepBook, on_change: Callable[[], None]
+        self,
+        now: Clock,
+        audit: AuditLog,
+        steps: StepBook,
+        on_change: Callable[[], None],
+        events: EventLog,
     ) -> None:
         self._now = now
         self._audit = audit
+        self._events = events
         self._steps = steps
         self._on_change = on_change
         self.records: dict[str, ApprovalRecord] = {}
@@ -83,6 +90,9 @@ class Approvals:
         )
         self.records[approval_id] = record
         self.undecided[approval_id] = record
+        self._events.emit(
+            "approval.requested", step_id, approval_id=approval_id, kind=kind, summary=summary
+        )
         return record
 
     async def decision(self, record: ApprovalRecord) -> ApprovalRecord:
@@ -121,7 +131,15 @@ class Approvals:
         detail = f"{record.approval_id} (step {record.step_id})"
         if decision.comment:
             detail += f": {decision.comment}"
-        self._audit.record(decision.actor, decision.decision, detail)
+        self._audit.record(decision.actor, decision.decision, detail, event=False)
+        self._events.emit(
+            "approval.decided",
+            record.step_id,
+            approval_id=record.approval_id,
+            decision=decision.decision,
+            by=decision.actor,
+            comment=decision.comment,
+        )
         return _decided(record)
 
     def close(self) -> None:

@@ -22,6 +22,8 @@ CARRY_MAX_BYTES = 512 * 1024
 AUDIT_KEPT = 100  # the newest audit entries stay in the carry when older ones are stored
 # Runs started before carried everything whole, and replay that way.
 BOUNDED_CARRY_PATCH = "bounded-carry"
+# Runs started before had no event log to archive.
+EVENTS_ARCHIVE_PATCH = "events-archive"
 
 
 class HandOver:
@@ -42,6 +44,7 @@ class HandOver:
         p.ledger.restore(carry.usage, carry.budget, carry.started, carry.pause_request)
         p.audit.entries = carry.audit
         p.audit.archived = carry.archived
+        p.events.restore(carry.events, carry.next_event_id, carry.events_archived)
         p.undo.restore(carry.completed_calls, carry.compensate_on_cancel)
 
     def due(self, settled: int) -> bool:
@@ -63,11 +66,29 @@ class HandOver:
         # A signal that arrives after this point makes the server refuse the hand-over;
         # the task runs again with it, so no signal is lost.
         await workflow.wait_condition(workflow.all_handlers_finished)
-        self._parts.audit.record("longrun", "continued as new", f"segment {self.segment + 1}")
+        self._parts.audit.record(
+            "longrun", "continued as new", f"segment {self.segment + 1}", event=False
+        )
+        self._parts.events.emit("run.continued", segment=self.segment + 1)
+        await self._archive_events()
         carry = self.carry(agent)
         if _size(carry) > CARRY_MAX_BYTES and workflow.patched(BOUNDED_CARRY_PATCH):
             carry = await self._bounded(agent)
+        await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(self._parts.inp.model_copy(update={"carry": carry}))
+
+    async def _archive_events(self) -> None:
+        """Store all but the latest events away, so the log a hand-over carries stays
+        short however long the run; `GET /v1/runs/{id}/events` reads them back."""
+        events = self._parts.events
+        older = events.older()
+        if not older or not workflow.patched(EVENTS_ARCHIVE_PATCH):
+            return
+        artifacts = []
+        for chunk in _chunks([("events", e.model_dump(mode="json")) for e in older]):
+            ref = (await stored.keep(self._parts.inp.run_id, {"archive": chunk}))["archive"]
+            artifacts.append(ref["artifact"])
+        events.forget(len(older), artifacts)
 
     async def _bounded(self, agent: AgentCarry | None) -> RunCarry:
         """The carry within its bound: outputs nobody needs as short previews, then the
@@ -135,6 +156,9 @@ class HandOver:
             agent=agent,
             archived=p.audit.archived,
             approvals_archived=list(p.approvals.archived),
+            events=p.events.events,
+            next_event_id=p.events.next_id,
+            events_archived=p.events.archived,
         )
 
     def _needed_outputs(self, plan: Plan) -> set[str]:
@@ -154,16 +178,17 @@ def _size(carry: RunCarry) -> int:
 
 
 def _chunks(items: list[tuple[str, dict[str, Any]]]) -> list[dict[str, list[dict[str, Any]]]]:
-    """Archive records grouped into chunks that each fit one `artifacts.keep` call."""
+    """Archive records ("audit", "approvals" or "events", each kind in order) grouped into
+    chunks that each fit one `artifacts.keep` call."""
     chunks: list[dict[str, list[dict[str, Any]]]] = []
-    chunk: dict[str, list[dict[str, Any]]] = {"audit": [], "approvals": []}
+    chunk: dict[str, list[dict[str, Any]]] = {}
     used = 0
     for kind, record in items:
         record_size = stored.size(record)
         if used and used + record_size > stored.BATCH_MAX_BYTES // 2:
             chunks.append(chunk)
-            chunk, used = {"audit": [], "approvals": []}, 0
-        chunk[kind].append(record)
+            chunk, used = {}, 0
+        chunk.setdefault(kind, []).append(record)
         used += record_size
     if used:
         chunks.append(chunk)

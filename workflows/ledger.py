@@ -13,6 +13,7 @@ from temporalio import workflow
 
 from workflows.audit import AuditLog
 from workflows.common import Clock, StepFailed
+from workflows.events import EventLog
 
 with workflow.unsafe.imports_passed_through():
     from longrun.contracts import (
@@ -39,6 +40,7 @@ class Ledger:
         audit: AuditLog,
         on_change: Callable[[], None],
         *,
+        events: EventLog,
         budget: Budget,
         prices: dict[str, Price],
         started: datetime,
@@ -46,6 +48,7 @@ class Ledger:
         self._now = now
         self._audit = audit
         self._on_change = on_change
+        self._events = events
         self._prices = prices
         self.budget = budget
         self.started = started
@@ -115,6 +118,16 @@ class Ledger:
         if price is not None:
             cost = (input_tokens * price.input + output_tokens * price.output) / 1_000_000
             self.usage.cost_usd = round(self.usage.cost_usd + cost, 6)
+        usage = self.usage
+        self._events.emit(
+            "usage",
+            model=model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            total_input_tokens=usage.input_tokens,
+            total_output_tokens=usage.output_tokens,
+            cost_usd=usage.cost_usd,
+        )
 
     def count(self, usage: ModelUsage | None) -> None:
         """Add what a model call reported it used, if it reported anything."""

@@ -38,6 +38,8 @@ with workflow.unsafe.imports_passed_through():
         BudgetView,
         CancelNote,
         ControlRequest,
+        EventPage,
+        EventsQuery,
         RunInput,
         RunResult,
         RunState,
@@ -82,6 +84,11 @@ class RunWorkflow:
         """One step in full, output included; None if the run has no such step (an agent's
         tool calls from earlier history segments are not kept)."""
         return self._p.steps.by_id.get(query.step_id)
+
+    @workflow.query(name="events")
+    def events(self, query: EventsQuery) -> EventPage:
+        """The run's events after `query.after`, oldest first (see workflows/events.py)."""
+        return self._p.events.page(query)
 
     @workflow.query(name="audit")
     def audit(self) -> AuditTrail:
@@ -227,7 +234,8 @@ class RunWorkflow:
         p.status.status = status
         p.status.error = error
         p.ledger.end_pause()
-        p.audit.record("longrun", status, error)
+        p.audit.record("longrun", status, error, event=False)
+        p.events.emit("run.ended", status=status, error=error)
         p.approvals.close()
         if self._agent is not None:
             self._agent.state.close(failed=status == "failed")

@@ -64,6 +64,7 @@ from longrun.contracts.common import (
     StepKind,
     StepStatusName,
 )
+from longrun.contracts.events import EventPage, EventsQuery, EventType, RunEvent
 from longrun.contracts.model import (
     ActRequest,
     ActResult,
@@ -149,6 +150,9 @@ __all__ = [
     "Criterion",
     "CriterionState",
     "Decision",
+    "EventPage",
+    "EventType",
+    "EventsQuery",
     "Expect",
     "JudgeCheck",
     "KeepRequest",
@@ -175,6 +179,7 @@ __all__ = [
     "RoleModels",
     "RunCarry",
     "RunConfig",
+    "RunEvent",
     "RunInput",
     "RunRequest",
     "RunResult",

@@ -30,6 +30,7 @@ from longrun.contracts.common import (
     StepStatusName,
     _Strict,
 )
+from longrun.contracts.events import RunEvent
 from longrun.contracts.plans import Criterion, Plan, RoleModels
 from longrun.policy import Policy
 
@@ -166,6 +167,10 @@ class RunCarry(BaseModel):
     # Earlier audit entries and decided approvals, stored when the carry grew too big.
     archived: list[str] = Field(default_factory=list)
     approvals_archived: list[str] = Field(default_factory=list)  # their ids
+    # The event log: the latest events, the next id, artifacts holding the earlier ones.
+    events: list[RunEvent] = Field(default_factory=list)
+    next_event_id: int = 1
+    events_archived: list[str] = Field(default_factory=list)
 
 
 class RunInput(BaseModel):

@@ -43,7 +43,9 @@ class AgentLoop:
         self._parts = parts
         self._handover = handover
         self._spec = spec
-        self.state = AgentState(spec, parts.refresh)
+        self.state = AgentState(
+            spec, parts.refresh, lambda phase: parts.events.emit("phase", phase=phase)
+        )
         carried = parts.inp.carry.agent if parts.inp.carry is not None else None
         self._resumed = carried is not None
         if carried is not None:

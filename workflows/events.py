@@ -1,0 +1,70 @@
+"""The run's event log: what happened, in order, numbered once for the whole run. The
+`events` query pages through it; `GET /v1/runs/{id}/events` streams it; a hand-over
+carries the latest events and archives the rest (workflows/handover.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+from workflows.common import Clock
+
+with workflow.unsafe.imports_passed_through():
+    from longrun.contracts import EventPage, EventsQuery, EventType, RunEvent
+
+EVENTS_KEPT = 200  # the latest events a hand-over carries; older ones are archived
+DETAIL_CHARS = 500  # of a text an event repeats (a summary, an error)
+
+
+class EventLog:
+    """Events of the run since the oldest kept; their ids have no gaps."""
+
+    def __init__(self, now: Clock) -> None:
+        self._now = now
+        self.events: list[RunEvent] = []
+        self.next_id = 1
+        self.archived: list[str] = []  # artifacts holding the events before the oldest kept
+        self.ended = False
+
+    def restore(self, events: list[RunEvent], next_id: int, archived: list[str]) -> None:
+        """Take over the log an earlier history segment carried."""
+        self.events = events
+        self.next_id = next_id
+        self.archived = archived
+
+    def emit(self, type: EventType, step: str | None = None, **data: Any) -> None:
+        """Record that something happened (texts in `data` cut to DETAIL_CHARS)."""
+        shown = {k: _cut(v) for k, v in data.items() if v is not None}
+        event = RunEvent(id=self.next_id, at=self._now(), type=type, step=step, data=shown)
+        self.events.append(event)
+        self.next_id += 1
+        if type == "run.ended":
+            self.ended = True
+
+    def page(self, query: EventsQuery) -> EventPage:
+        """Events after `query.after`, oldest first, at most `query.limit`."""
+        first = self.events[0].id if self.events else self.next_id
+        start = max(0, query.after + 1 - first)
+        return EventPage(
+            events=self.events[start : start + query.limit],
+            archived=self.archived,
+            first_kept=first,
+            last=self.next_id - 1,
+            ended=self.ended,
+        )
+
+    def older(self) -> list[RunEvent]:
+        """The events a hand-over archives: all but the latest EVENTS_KEPT."""
+        return self.events[:-EVENTS_KEPT] if len(self.events) > EVENTS_KEPT else []
+
+    def forget(self, count: int, artifacts: list[str]) -> None:
+        """Drop the oldest `count` events, now kept in `artifacts`."""
+        del self.events[:count]
+        self.archived.extend(artifacts)
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > DETAIL_CHARS:
+        return value[:DETAIL_CHARS] + "…"
+    return value
