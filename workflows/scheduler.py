@@ -142,7 +142,8 @@ class PlanScheduler:
                 binding = secret_approval(p.inp.config.policy, step.tool, resolved)
         if step.approval is not None or step.requires_approval or binding:
             summary = (
-                resolved.get("message") or f"{step.kind} step '{step.id}': {preview(resolved)}"
+                resolved.get("message")
+                or f"{step.tool or step.kind} step '{step.id}': {preview(resolved)}"
             )
             if binding:
                 summary += f" ({binding})"

@@ -110,7 +110,7 @@ STATUS_FILTERS: dict[str, str] = {
 }
 
 
-def _links(settings: Settings, run_id: str) -> Links:
+def run_links(settings: Settings, run_id: str) -> Links:
     ui = settings.temporal_ui_url.rstrip("/")
     return Links(
         self=f"/v1/runs/{run_id}",
@@ -170,7 +170,8 @@ async def _query(handle: WorkflowHandle[Any, Any], query: Any, *args: Any) -> An
         raise
 
 
-async def _query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
+async def query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
+    """The run's `status` query as the API answers it (links left for the caller)."""
     state = await _query(handle, RunWorkflow.status)
     return RunDetail.model_validate(
         {**state.model_dump(), "links": {"self": "", "temporal_ui": ""}}
@@ -310,7 +311,7 @@ async def create_run(
                 409, "this Idempotency-Key was already used for a different request"
             ) from None
         status = _status_of(desc)
-    return RunCreated(run_id=run_id, status=status, links=_links(settings, run_id))
+    return RunCreated(run_id=run_id, status=status, links=run_links(settings, run_id))
 
 
 @router.get("")
@@ -359,7 +360,7 @@ async def list_runs(
                 labels=await wf.memo_value("labels", {}),
                 started_at=wf.start_time,
                 closed_at=wf.close_time,
-                links=_links(settings, wf.id),
+                links=run_links(settings, wf.id),
             )
         )
     next_token = listing.next_page_token
@@ -375,8 +376,8 @@ async def get_run(
 ) -> RunDetail:
     """A run's status, steps, approvals, usage and result (from a workflow query)."""
     handle, desc = await describe_run(client, run_id)
-    detail = await _query_state(handle)
-    detail.links = _links(settings, run_id)
+    detail = await query_state(handle)
+    detail.links = run_links(settings, run_id)
     final = _status_of(desc)
     if final in FINAL_RUN_STATUSES and detail.status != final:
         # Ended from outside the workflow (terminated, timed out): Temporal has the last word.
@@ -418,7 +419,7 @@ async def decide_approval(
 async def _ended_decision(handle: WorkflowHandle[Any, Any], run_id: str, approval_id: str) -> None:
     """Refuse a decision on an ended run: 404 for an approval it never asked for, else
     409 naming the decision taken, if one was."""
-    state = await _query_state(handle)
+    state = await query_state(handle)
     record = next((a for a in state.approvals if a.approval_id == approval_id), None)
     decided = ""
     if approval_id in state.approvals_archived:
