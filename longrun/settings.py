@@ -109,6 +109,8 @@ class Settings(BaseSettings):
     )
 
     trace_console: bool = Field(False, alias="LONGRUN_TRACE_CONSOLE")
+    # host:port where a worker serves Prometheus metrics (/metrics); unset: none.
+    metrics_address: str | None = Field(None, alias="LONGRUN_METRICS_ADDRESS")
 
     secrets: dict[str, SecretStr] = Field(
         default_factory=dict,

@@ -103,10 +103,12 @@ def start_api(settings: Settings, cwd: Path, port: int) -> subprocess.Popen[byte
     raise AssertionError(f"the API did not start: {(cwd / 'api.log').read_text()}")
 
 
-def start_worker(settings: Settings, cwd: Path, *, ready: bool = True) -> subprocess.Popen[bytes]:
-    """`python -m worker` as its own process, configured like a deployment would be;
-    returns once it polls (`ready`) or at once."""
-    env = _env(settings)
+def start_worker(
+    settings: Settings, cwd: Path, *, ready: bool = True, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`python -m worker` as its own process, configured like a deployment would be (and
+    with `env` besides); returns once it polls (`ready`) or at once."""
+    env = {**_env(settings), **(env or {})}
     log = cwd / f"worker-{len(list(cwd.glob('worker-*.log')))}.log"
     with log.open("w") as sink:
         proc = subprocess.Popen(

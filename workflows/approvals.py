@@ -136,6 +136,7 @@ class Approvals:
             "approval.decided",
             record.step_id,
             approval_id=record.approval_id,
+            kind=record.kind,
             decision=decision.decision,
             by=decision.actor,
             comment=decision.comment,

@@ -11,7 +11,7 @@ from temporalio import workflow
 from workflows.common import Clock
 
 with workflow.unsafe.imports_passed_through():
-    from longrun.contracts import EventPage, EventsQuery, EventType, RunEvent
+    from longrun.contracts import EventPage, EventsQuery, EventType, RunEvent, RunFigures
 
 EVENTS_KEPT = 200  # the latest events a hand-over carries; older ones are archived
 DETAIL_CHARS = 500  # of a text an event repeats (a summary, an error)
@@ -26,12 +26,16 @@ class EventLog:
         self.next_id = 1
         self.archived: list[str] = []  # artifacts holding the events before the oldest kept
         self.ended = False
+        self.figures = RunFigures()  # counted from every event, whether kept or archived
 
-    def restore(self, events: list[RunEvent], next_id: int, archived: list[str]) -> None:
+    def restore(
+        self, events: list[RunEvent], next_id: int, archived: list[str], figures: RunFigures
+    ) -> None:
         """Take over the log an earlier history segment carried."""
         self.events = events
         self.next_id = next_id
         self.archived = archived
+        self.figures = figures
 
     def emit(self, type: EventType, step: str | None = None, **data: Any) -> None:
         """Record that something happened (texts in `data` cut to DETAIL_CHARS)."""
@@ -41,6 +45,7 @@ class EventLog:
         self.next_id += 1
         if type == "run.ended":
             self.ended = True
+        _count(self.figures, event)
 
     def page(self, query: EventsQuery) -> EventPage:
         """Events after `query.after`, oldest first, at most `query.limit`."""
@@ -62,6 +67,31 @@ class EventLog:
         """Drop the oldest `count` events, now kept in `artifacts`."""
         del self.events[:count]
         self.archived.extend(artifacts)
+
+
+def _count(figures: RunFigures, event: RunEvent) -> None:
+    """Add what an event says to the run's figures."""
+    data = event.data
+    if event.type in ("step.completed", "step.failed") and data.get("attempts", 0) > 1:
+        figures.retried_steps += 1
+    elif event.type == "run.paused" and data.get("reason") == "budget":
+        figures.budget_pauses += 1
+    elif event.type == "run.paused" and data.get("reason") == "model_unavailable":
+        figures.model_pauses += 1
+    elif event.type == "run.resumed":
+        figures.resumes += 1
+    elif event.type == "budget.changed":
+        figures.budget_changes += 1
+    elif event.type == "approval.decided" and data.get("by") != "timeout":
+        figures.approvals += 1
+        figures.guidance += data.get("kind") == "needs_help"
+    elif event.type == "plan.made" and data.get("replan"):
+        figures.replans += 1
+    elif event.type == "step.verified":
+        figures.verifications += 1
+        figures.failed_verifications += not data.get("passed")
+    elif event.type == "acceptance.failed":
+        figures.premature_completions += 1
 
 
 def _cut(value: Any) -> Any:

@@ -44,7 +44,7 @@ class HandOver:
         p.ledger.restore(carry.usage, carry.budget, carry.started, carry.pause_request)
         p.audit.entries = carry.audit
         p.audit.archived = carry.archived
-        p.events.restore(carry.events, carry.next_event_id, carry.events_archived)
+        p.events.restore(carry.events, carry.next_event_id, carry.events_archived, carry.figures)
         p.undo.restore(carry.completed_calls, carry.compensate_on_cancel)
 
     def due(self, settled: int) -> bool:
@@ -159,6 +159,7 @@ class HandOver:
             events=p.events.events,
             next_event_id=p.events.next_id,
             events_archived=p.events.archived,
+            figures=p.events.figures,
         )
 
     def _needed_outputs(self, plan: Plan) -> set[str]:

@@ -75,13 +75,15 @@ class Ledger:
 
     def pause(self, request: ControlRequest) -> None:
         """Hold the run at its next checkpoint."""
-        self._audit.record(request.actor, "pause", request.reason)
+        self._audit.record(request.actor, "pause", request.reason, event=False)
+        self._events.emit("run.paused", reason="requested", by=request.actor, detail=request.reason)
         self.pause_request = request
 
     def resume(self, request: ControlRequest) -> None:
         """Lift a pause a person asked for, or one for an unavailable model (which is then
         asked again); a budget pause needs a bigger budget."""
-        self._audit.record(request.actor, "resume", request.reason)
+        self._audit.record(request.actor, "resume", request.reason, event=False)
+        self._events.emit("run.resumed", by=request.actor, detail=request.reason)
         self.pause_request = None
         self.model_down = None
 
@@ -106,7 +108,8 @@ class Ledger:
         """Change limits; unset ones stay as they are."""
         given = limits.model_dump(exclude_none=True)
         self.budget = self.budget.model_copy(update=given)
-        self._audit.record(actor, "budget", json.dumps(given, sort_keys=True))
+        self._audit.record(actor, "budget", json.dumps(given, sort_keys=True), event=False)
+        self._events.emit("budget.changed", by=actor, limits=given)
 
     # --- what the run uses --------------------------------------------------------------
 
@@ -207,7 +210,9 @@ class Ledger:
         if (reason, exhausted) != (self._held, self.exhausted):
             self._held, self.exhausted = reason, exhausted
             if exhausted:
-                self._audit.record("longrun", "paused", "budget exhausted: " + ", ".join(exhausted))
+                detail = "budget exhausted: " + ", ".join(exhausted)
+                self._audit.record("longrun", "paused", detail, event=False)
+                self._events.emit("run.paused", reason="budget", detail=detail)
             self._on_change()
         return False
 
@@ -224,7 +229,8 @@ class Ledger:
         """Hold the run after a model stayed unavailable for the whole retry window, until
         a person resumes it; the caller then asks the model again."""
         if self.model_down is None:
-            self._audit.record("longrun", "paused", f"model unavailable: {error}")
+            self._audit.record("longrun", "paused", f"model unavailable: {error}", event=False)
+            self._events.emit("run.paused", reason="model_unavailable", detail=error)
         self.model_down = error
         self._on_change()
         await workflow.wait_condition(lambda: self.model_down is None)

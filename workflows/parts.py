@@ -45,7 +45,9 @@ class RunParts:
         self.undo = UndoLog(self.audit)
         window = timedelta(seconds=inp.config.model_retry_window_s)
         self.calls = Calls(inp.run_id, self.ledger, window)
-        self.status = StatusBoard(inp, self.steps, self.approvals, self.ledger, display)
+        self.status = StatusBoard(
+            inp, self.steps, self.approvals, self.ledger, self.events, display
+        )
 
     def refresh(self) -> None:
         """Show what changed: status, its search attribute, the Web UI's details."""

@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         ControlRequest,
         EventPage,
         EventsQuery,
+        RunFigures,
         RunInput,
         RunResult,
         RunState,
@@ -53,6 +54,9 @@ T = TypeVar("T")
 # A time budget that fails the run fails it while it waits too; runs started before fail
 # only at their next call.
 TIME_BUDGET_PATCH = "time-budget-while-waiting"
+# An ended run keeps its figures in its memo, where task metrics read them; runs started
+# before end without.
+FIGURES_MEMO_PATCH = "figures-memo"
 
 
 # Invalid data met inside the workflow fails the run with its message instead of retrying
@@ -236,12 +240,39 @@ class RunWorkflow:
         p.ledger.end_pause()
         p.audit.record("longrun", status, error, event=False)
         p.events.emit("run.ended", status=status, error=error)
+        _count_end(status, p.events.figures, p.ledger.usage.cost_usd, p.ledger.elapsed_s())
+        if workflow.patched(FIGURES_MEMO_PATCH):
+            # Where task metrics read an ended run's figures without replaying it.
+            workflow.upsert_memo(
+                {
+                    "outcome": status,
+                    "figures": p.events.figures.model_dump(),
+                    "cost_usd": p.ledger.usage.cost_usd,
+                    "duration_s": round(p.ledger.elapsed_s(), 3),
+                }
+            )
         p.approvals.close()
         if self._agent is not None:
             self._agent.state.close(failed=status == "failed")
         p.steps.cancel_open()
         p.status.publish()
         p.refresh()
+
+
+def _count_end(status: str, figures: RunFigures, cost_usd: float, duration_s: float) -> None:
+    """Record a run's end in the worker's metrics (Prometheus at LONGRUN_METRICS_ADDRESS);
+    the SDK's meter records nothing while a run replays."""
+    meter = workflow.metric_meter().with_additional_attributes({"outcome": status})
+    meter.create_counter("longrun_runs_ended", "runs that ended, by outcome").add(1)
+    if figures.met_failure():
+        meter.create_counter(
+            "longrun_runs_met_failure", "ended runs that met a failure, by outcome"
+        ).add(1)
+    meter.create_counter("longrun_interventions", "times a person stepped in").add(
+        figures.interventions()
+    )
+    meter.create_histogram_float("longrun_run_duration", "run duration", "s").record(duration_s)
+    meter.create_histogram_float("longrun_run_cost", "run cost", "usd").record(cost_usd)
 
 
 def _refuse(refusal: tuple[str, str] | None) -> None:

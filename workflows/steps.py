@@ -96,7 +96,7 @@ class StepBook:
     def _ended(self, state: StepState) -> None:
         event = _ENDED.get(state.status)
         if event is not None:
-            self._events.emit(event, state.id, error=state.error)
+            self._events.emit(event, state.id, error=state.error, attempts=state.attempts)
 
     def recent(self, kept: int | None) -> tuple[list[StepState], int]:
         """The latest `kept` steps (all when None) and how many are left out."""

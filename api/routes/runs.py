@@ -118,7 +118,8 @@ def run_links(settings: Settings, run_id: str) -> Links:
     )
 
 
-def _run_status(status: WorkflowExecutionStatus | None, live: str | None) -> RunStatusName:
+def run_status(status: WorkflowExecutionStatus | None, live: str | None) -> RunStatusName:
+    """A run's status from Temporal's and, while it lives, its status search attribute."""
     if status == WorkflowExecutionStatus.COMPLETED:
         return "completed"
     if status == WorkflowExecutionStatus.CANCELED:
@@ -155,7 +156,7 @@ async def describe_run(
 
 
 def _status_of(desc: WorkflowExecutionDescription) -> RunStatusName:
-    return _run_status(desc.status, desc.typed_search_attributes.get(STATUS_ATTRIBUTE))
+    return run_status(desc.status, desc.typed_search_attributes.get(STATUS_ATTRIBUTE))
 
 
 async def _query(handle: WorkflowHandle[Any, Any], query: Any, *args: Any) -> Any:
@@ -185,7 +186,8 @@ def _invalid(errors: list[PlanError]) -> RequestValidationError:
     )
 
 
-def _fail_validation(loc: tuple[str | int, ...], msg: str) -> RequestValidationError:
+def fail_validation(loc: tuple[str | int, ...], msg: str) -> RequestValidationError:
+    """A 422 about one field, shaped as FastAPI's own."""
     return _invalid([PlanError(loc=loc, msg=msg)])
 
 
@@ -339,7 +341,7 @@ async def list_runs(
     if page_token:
         token = unwrap_token(query, page_token)
         if token is None:
-            raise _fail_validation(
+            raise fail_validation(
                 ("query", "page_token"), "not a page token of this listing (same filters)"
             )
     listing = client.list_workflows(query, page_size=page_size, next_page_token=token)
@@ -348,7 +350,7 @@ async def list_runs(
     except RPCError as exc:
         refused = (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.INTERNAL, RPCStatusCode.UNKNOWN)
         if token is not None and exc.status in refused:
-            raise _fail_validation(("query", "page_token"), "not a valid page token") from None
+            raise fail_validation(("query", "page_token"), "not a valid page token") from None
         raise
     runs = []
     for wf in listing.current_page or []:
@@ -356,7 +358,7 @@ async def list_runs(
             RunSummary(
                 run_id=wf.id,
                 goal=await wf.memo_value("goal", ""),
-                status=_run_status(wf.status, wf.typed_search_attributes.get(STATUS_ATTRIBUTE)),
+                status=run_status(wf.status, wf.typed_search_attributes.get(STATUS_ATTRIBUTE)),
                 labels=await wf.memo_value("labels", {}),
                 started_at=wf.start_time,
                 closed_at=wf.close_time,

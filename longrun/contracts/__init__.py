@@ -64,7 +64,7 @@ from longrun.contracts.common import (
     StepKind,
     StepStatusName,
 )
-from longrun.contracts.events import EventPage, EventsQuery, EventType, RunEvent
+from longrun.contracts.events import EventPage, EventsQuery, EventType, RunEvent, RunFigures
 from longrun.contracts.model import (
     ActRequest,
     ActResult,
@@ -180,6 +180,7 @@ __all__ = [
     "RunCarry",
     "RunConfig",
     "RunEvent",
+    "RunFigures",
     "RunInput",
     "RunRequest",
     "RunResult",

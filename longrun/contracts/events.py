@@ -16,8 +16,14 @@ EventType = Literal[
     "step.cancelled",
     "approval.requested",
     "approval.decided",
+    "step.verified",
+    "plan.made",
+    "acceptance.failed",
     "phase",
     "usage",
+    "budget.changed",
+    "run.paused",
+    "run.resumed",
     "audit",
     "run.continued",
     "run.ended",
@@ -33,6 +39,33 @@ class RunEvent(BaseModel):
     type: EventType
     step: str | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunFigures(BaseModel):
+    """What a run met and who stepped in, counted from its events as they happen; the
+    task metrics (`GET /v1/metrics`) add them up across runs."""
+
+    retried_steps: int = Field(0, description="steps (or agent tool calls) tried more than once")
+    budget_pauses: int = 0
+    model_pauses: int = Field(0, description="pauses because the model stayed unavailable")
+    replans: int = 0
+    approvals: int = Field(0, description="approval requests people decided")
+    guidance: int = Field(0, description="of those, answers to an agent asking for help")
+    budget_changes: int = 0
+    resumes: int = 0
+    verifications: int = Field(0, description="an agent's step verifications")
+    failed_verifications: int = 0
+    premature_completions: int = Field(
+        0, description="times the agent claimed the goal met while a criterion failed"
+    )
+
+    def met_failure(self) -> bool:
+        """Whether the run met a failure it had to recover from."""
+        return bool(self.retried_steps or self.budget_pauses or self.model_pauses or self.replans)
+
+    def interventions(self) -> int:
+        """How many times a person stepped in."""
+        return self.approvals + self.budget_changes + self.resumes
 
 
 class EventsQuery(BaseModel):

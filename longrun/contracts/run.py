@@ -30,7 +30,7 @@ from longrun.contracts.common import (
     StepStatusName,
     _Strict,
 )
-from longrun.contracts.events import RunEvent
+from longrun.contracts.events import RunEvent, RunFigures
 from longrun.contracts.plans import Criterion, Plan, RoleModels
 from longrun.policy import Policy
 
@@ -123,6 +123,9 @@ class RunState(BaseModel):
     acceptance: list[CriterionState] = Field(default_factory=list)
     replans: int = 0
     premature_completions: int = 0
+    figures: RunFigures = Field(
+        default_factory=RunFigures, description="what the run met and who stepped in"
+    )
 
 
 class StepQuery(BaseModel):
@@ -171,6 +174,7 @@ class RunCarry(BaseModel):
     events: list[RunEvent] = Field(default_factory=list)
     next_event_id: int = 1
     events_archived: list[str] = Field(default_factory=list)
+    figures: RunFigures = Field(default_factory=RunFigures)
 
 
 class RunInput(BaseModel):

@@ -119,6 +119,7 @@ class Actor:
                     if not failures:
                         return True
                     state.premature_completions += 1
+                    self._parts.events.emit("acceptance.failed", item.id, failures=failures)
                     state.enter("acting")
                     reply = f"Not finished: these acceptance criteria fail:\n{failures}"
                 else:
