@@ -1,5 +1,5 @@
 """The `longrun` commands that talk to a running API: submit, status, watch, list,
-approvals, approve, reject, pause, resume, cancel and tools. Every one takes `--json`,
+approvals, approve, reject, pause, resume, cancel, tools and metrics. Every one takes `--json`,
 `--api-url` (LONGRUN_API_URL) and `--api-key` (LONGRUN_API_KEY), and exits with a code
 scripts can rely on (see longrun.client)."""
 
@@ -319,6 +319,50 @@ def tools(
     out.print(table)
 
 
+def metrics(
+    since: Annotated[str | None, typer.Option(help="ISO time; default: 7 days ago")] = None,
+    until: Annotated[str | None, typer.Option(help="ISO time; default: now")] = None,
+    label: Labels = None,
+    json_out: Json = False,
+    api_url: ApiUrl = DEFAULT_API_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """How runs that ended in a window fared: success and recovery rates, interventions,
+    cost, duration, drift.
+
+    Example: longrun metrics --since 2026-12-01T00:00:00Z --label team:ops
+    """
+    with _api(api_url, api_key) as api:
+        found = api.get("/v1/metrics", since=since, until=until, label=label)
+    if json_out:
+        _print_json(found)
+        return
+    table = Table("figure", "value", show_header=False)
+    runs = found["runs"]
+    table.add_row("window", f"{found['since']} … {found['until']}")
+    table.add_row(
+        "runs ended",
+        f"{runs['ended']} ({runs['completed']} completed, {runs['failed']} failed, "
+        f"{runs['cancelled']} cancelled); {runs['live']} live",
+    )
+    table.add_row("success rate", _share(found["success_rate"]))
+    table.add_row(
+        "recovery rate",
+        f"{_share(found['recovery_rate'])} of {found['met_failure']} that met a failure",
+    )
+    table.add_row("interventions per run", str(found["interventions_per_run"]))
+    for name in ("cost_usd", "duration_s"):
+        spread = found[name]
+        table.add_row(name, f"mean {spread['mean']}, p50 {spread['p50']}, p95 {spread['p95']}")
+    for name, value in found["drift"].items():
+        table.add_row(name.replace("_", " "), str(value))
+    out.print(table)
+
+
+def _share(value: float | None) -> str:
+    return "none" if value is None else f"{value:.0%}"
+
+
 def _said(answer: dict[str, Any], json_out: bool) -> None:
     if json_out:
         _print_json(answer)
@@ -349,4 +393,5 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "resume": resume,
     "cancel": cancel,
     "tools": tools,
+    "metrics": metrics,
 }

@@ -128,6 +128,8 @@ async def test_exit_codes_say_how_a_run_ended_or_why_nothing_happened(
     assert code == EXIT_UNREACHABLE and "did not answer" in err
     code, out, _ = await run_cli(api_url, "tools")
     assert code == EXIT_COMPLETED and "write_file" in out
+    code, out, _ = await run_cli(api_url, "metrics")
+    assert code == EXIT_COMPLETED and "success rate" in out
     plan.unlink()
 
 
