@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from temporalio.service import RPCError
 
 from api.allow import AllowEveryMethod
@@ -43,7 +44,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         yield
 
-    app = FastAPI(
+    # /docs and /redoc with their scripts and styles served from the package, not a CDN.
+    app = FastAPIOffline(
         lifespan=lifespan,
         title="longrun",
         version="0.1.0",
