@@ -15,7 +15,7 @@ from api.allow import AllowEveryMethod
 from api.deps import TemporalGateway
 from api.feed import EventFeed
 from api.guard import BodyGuard
-from api.routes import approvals, artifacts, events, health, metrics, runs, tools
+from api.routes import approvals, artifacts, events, health, metrics, runs, tools, ui
 from longrun.policy import load_policy
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
@@ -61,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(approvals.router)
     app.include_router(tools.router)
     app.include_router(metrics.router)
+    app.include_router(ui.router)
     app.include_router(artifacts.router)
     app.add_middleware(BodyGuard, limit=settings.max_request_bytes)
     app.add_middleware(AllowEveryMethod)

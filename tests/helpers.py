@@ -81,13 +81,16 @@ def _env(settings: Settings) -> dict[str, str]:
     }
 
 
-def start_api(settings: Settings, cwd: Path, port: int) -> subprocess.Popen[bytes]:
-    """The API (`uvicorn api.app:app`) as its own process; returns once it answers."""
+def start_api(
+    settings: Settings, cwd: Path, port: int, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """The API (`uvicorn api.app:app`) as its own process (with `env` besides the
+    settings'); returns once it answers."""
     with (cwd / "api.log").open("w") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "api.app:app", "--port", str(port)],
             cwd=cwd,
-            env=_env(settings),
+            env={**_env(settings), **(env or {})},
             stderr=sink,
             stdout=sink,
         )
