@@ -85,6 +85,7 @@ async def test_a_person_approves_a_step_in_the_inbox_page(
         await row.wait_for()
         assert "publish the report" in await row.inner_text()
         assert "out/report.md" in await row.inner_text()  # exactly what will run
+        assert await page.inner_text("#message") == ""  # the refusal is gone
         await page.screenshot(path=str(tmp_path / "inbox.png"), full_page=True)
         await row.locator("input.comment").fill("read it, ship it")
         await row.locator("button.approve").click()
