@@ -118,6 +118,14 @@ class Settings(BaseSettings):
         description="JSON name -> value; tools name them, only activities read them",
     )
     api_keys: list[ApiKey] = Field(default_factory=list, alias="LONGRUN_API_KEYS")
+    webhooks: list[str] = Field(
+        default_factory=list,
+        alias="LONGRUN_WEBHOOKS",
+        description="JSON list of URLs every run notifies (besides a run's own webhooks)",
+    )
+    webhook_secret: SecretStr | None = Field(
+        None, alias="LONGRUN_WEBHOOK_SECRET", description="signs every webhook (HMAC-SHA256)"
+    )
     four_eyes: bool = Field(False, alias="LONGRUN_FOUR_EYES")
 
     api_host: str = Field("127.0.0.1", alias="LONGRUN_API_HOST")

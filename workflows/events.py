@@ -4,6 +4,7 @@ carries the latest events and archives the rest (workflows/handover.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
@@ -27,6 +28,7 @@ class EventLog:
         self.archived: list[str] = []  # artifacts holding the events before the oldest kept
         self.ended = False
         self.figures = RunFigures()  # counted from every event, whether kept or archived
+        self._listeners: list[Callable[[RunEvent], None]] = []
 
     def restore(
         self, events: list[RunEvent], next_id: int, archived: list[str], figures: RunFigures
@@ -46,6 +48,12 @@ class EventLog:
         if type == "run.ended":
             self.ended = True
         _count(self.figures, event)
+        for listener in self._listeners:
+            listener(event)
+
+    def listen(self, listener: Callable[[RunEvent], None]) -> None:
+        """Call `listener` with every event from now on."""
+        self._listeners.append(listener)
 
     def page(self, query: EventsQuery) -> EventPage:
         """Events after `query.after`, oldest first, at most `query.limit`."""

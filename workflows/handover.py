@@ -71,11 +71,25 @@ class HandOver:
         )
         self._parts.events.emit("run.continued", segment=self.segment + 1)
         await self._archive_events()
-        carry = self.carry(agent)
-        if _size(carry) > CARRY_MAX_BYTES and workflow.patched(BOUNDED_CARRY_PATCH):
-            carry = await self._bounded(agent)
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        bounded = _size(self.carry(agent)) > CARRY_MAX_BYTES and workflow.patched(
+            BOUNDED_CARRY_PATCH
+        )
+        if bounded:
+            await self._bound(agent)
+        await self._quiesce()
+        # Taken after the last wait, so what handlers changed meanwhile travels too.
+        carry = self.carry(agent, preview=PREVIEW_CHARS if bounded else None)
         workflow.continue_as_new(self._parts.inp.model_copy(update={"carry": carry}))
+
+    async def _quiesce(self) -> None:
+        """Wait until no webhook delivery is under way (none outlives its segment) and no
+        handler runs."""
+        webhooks = self._parts.webhooks
+        while True:
+            await webhooks.settle()
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            if not webhooks.pending:
+                return
 
     async def _archive_events(self) -> None:
         """Store all but the latest events away, so the log a hand-over carries stays
@@ -90,11 +104,10 @@ class HandOver:
             artifacts.append(ref["artifact"])
         events.forget(len(older), artifacts)
 
-    async def _bounded(self, agent: AgentCarry | None) -> RunCarry:
-        """The carry within its bound: outputs nobody needs as short previews, then the
-        biggest needed outputs stored whole, then earlier audit entries and decided
-        approvals stored away. What is stored goes by reference; a decision or entry that
-        arrives meanwhile travels as usual."""
+    async def _bound(self, agent: AgentCarry | None) -> None:
+        """Bring the carry within its bound: outputs nobody needs as short previews (see
+        `carry`), then the biggest needed outputs stored whole, then earlier audit entries
+        and decided approvals stored away; what is stored goes by reference."""
         p = self._parts
         run_id = p.inp.run_id
         carry = self.carry(agent, preview=PREVIEW_CHARS)
@@ -118,9 +131,6 @@ class HandOver:
                 p.audit.archived.append(ref["artifact"])
             del p.audit.entries[: len(entries)]
             p.approvals.archive([a.approval_id for a in decided])
-            carry = self.carry(agent, preview=PREVIEW_CHARS)
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        return carry
 
     def carry(self, agent: AgentCarry | None = None, preview: int | None = None) -> RunCarry:
         """What the next segment starts from; outputs nobody needs are cut to `preview`

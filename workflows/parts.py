@@ -16,6 +16,7 @@ from workflows.ledger import Ledger
 from workflows.status import Display, StatusBoard
 from workflows.steps import StepBook
 from workflows.undo import UndoLog
+from workflows.webhooks import Webhooks
 
 with workflow.unsafe.imports_passed_through():
     from longrun.contracts import AuditEntry, RunInput
@@ -45,6 +46,9 @@ class RunParts:
         self.undo = UndoLog(self.audit)
         window = timedelta(seconds=inp.config.model_retry_window_s)
         self.calls = Calls(inp.run_id, self.ledger, window)
+        self.webhooks = Webhooks(inp.run_id, inp.config.webhooks)
+        if inp.config.webhooks:
+            self.events.listen(self.webhooks.notify)
         self.status = StatusBoard(
             inp, self.steps, self.approvals, self.ledger, self.events, display
         )

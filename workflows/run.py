@@ -193,6 +193,7 @@ class RunWorkflow:
             await self._end("failed", str(exc), compensate)
             raise ApplicationError(str(exc), type="RunFailed", non_retryable=True) from None
         self._finish("completed", None)
+        await p.webhooks.settle()
         return RunResult(outputs=p.status.result or {})
 
     async def _in_time(self, work: Coroutine[Any, Any, T]) -> T:
@@ -232,6 +233,7 @@ class RunWorkflow:
                 self._p.status.result = outcome.model_dump()
         finally:
             self._finish(status, error)
+        await self._p.webhooks.settle()
 
     def _finish(self, status: RunStatusName, error: str | None) -> None:
         p = self._p

@@ -10,6 +10,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Annotated, Any
 
+import httpx
 from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.exceptions import RequestValidationError
 from pydantic import StringConstraints
@@ -32,6 +33,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
+from activities.tools.builtin import destination_refusal
 from api.archive import archived_entries
 from api.attempts import show_retries
 from api.auth import Approver, Operator, Principal, Reader, Submitter
@@ -202,6 +204,27 @@ def _secrets_named(body: RunRequest) -> list[str]:
     return secrets.named(args)
 
 
+def _webhook_problems(body: RunRequest, settings: Settings) -> list[PlanError]:
+    """Why the run's webhooks cannot be delivered: a URL runs may not reach, or no secret
+    to sign with."""
+    errors = []
+    for i, url in enumerate(body.webhooks or []):
+        try:
+            refusal = destination_refusal(settings, httpx.URL(url))
+        except httpx.InvalidURL as exc:
+            refusal = f"not a URL: {exc}"
+        if refusal is not None:
+            errors.append(PlanError(loc=("body", "webhooks", i), msg=refusal))
+    if body.webhooks and settings.webhook_secret is None:
+        errors.append(
+            PlanError(
+                loc=("body", "webhooks"),
+                msg="this server has no LONGRUN_WEBHOOK_SECRET to sign webhooks with",
+            )
+        )
+    return errors
+
+
 def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput:
     """The workflow input for a request, or 422 with every problem found."""
     errors = validate_agent(body, REGISTRY, policy)
@@ -209,6 +232,7 @@ def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput
         errors = validate_plan(body.plan, REGISTRY, policy) + errors
     if body.budget is not None:
         errors += check_limits(body.budget, settings.budget_ceilings, ("body", "budget"))
+    errors += _webhook_problems(body, settings)
     if errors:
         raise _invalid(errors)
     model = body.model or settings.model
@@ -219,6 +243,7 @@ def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput
         continue_as_new_every=settings.continue_as_new_every,
         prompt_token_budget=settings.prompt_token_budget,
         model_retry_window_s=settings.model_retry_window_s,
+        webhooks=list(dict.fromkeys([*settings.webhooks, *(body.webhooks or [])])),
     )
     budget = effective_budget(body.budget, settings.budget_defaults, settings.budget_ceilings)
     common = {

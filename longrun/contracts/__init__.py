@@ -64,7 +64,14 @@ from longrun.contracts.common import (
     StepKind,
     StepStatusName,
 )
-from longrun.contracts.events import EventPage, EventsQuery, EventType, RunEvent, RunFigures
+from longrun.contracts.events import (
+    EventPage,
+    EventsQuery,
+    EventType,
+    RunEvent,
+    RunFigures,
+    WebhookDelivery,
+)
 from longrun.contracts.model import (
     ActRequest,
     ActResult,
@@ -200,4 +207,5 @@ __all__ = [
     "Usage",
     "Verdict",
     "WaitSpec",
+    "WebhookDelivery",
 ]

@@ -68,6 +68,16 @@ class RunFigures(BaseModel):
         return self.approvals + self.budget_changes + self.resumes
 
 
+class WebhookDelivery(BaseModel):
+    """Input of `webhook.deliver`: one event for one URL. `delivery_id` is the same on
+    every attempt, so a receiver can apply each delivery once."""
+
+    run_id: str
+    url: str
+    delivery_id: str
+    event: RunEvent
+
+
 class EventsQuery(BaseModel):
     """Argument of the `events` query: events after `after`, at most `limit` of them."""
 

@@ -6,9 +6,9 @@ history segment when it continues as new.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 
 from longrun.contracts.agent import AgentCarry, AgentSpec, CriterionState, PlanItem
 from longrun.contracts.budget import (
@@ -34,6 +34,8 @@ from longrun.contracts.events import RunEvent, RunFigures
 from longrun.contracts.plans import Criterion, Plan, RoleModels
 from longrun.policy import Policy
 
+WebhookUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$", max_length=2000)]
+
 
 class RunRequest(_Strict):
     """Body of `POST /v1/runs`: an explicit `plan`, or a goal with acceptance criteria."""
@@ -53,6 +55,12 @@ class RunRequest(_Strict):
         # Keys not matching the key pattern are refused; say so in the schema too.
         json_schema_extra={"additionalProperties": False},
     )
+    webhooks: list[WebhookUrl] | None = Field(
+        None,
+        max_length=10,
+        description="URLs that get a signed POST when an approval is requested, the run "
+        "pauses, or it ends (besides the server's LONGRUN_WEBHOOKS)",
+    )
 
 
 class RunConfig(BaseModel):
@@ -69,6 +77,7 @@ class RunConfig(BaseModel):
     model_retry_window_s: float = Field(1800.0, gt=0)
     prices: dict[str, Price] = Field(default_factory=dict)
     policy: Policy = Field(default_factory=Policy)
+    webhooks: list[str] = Field(default_factory=list)
 
 
 class StepState(BaseModel):
