@@ -118,6 +118,15 @@ class Settings(BaseSettings):
         description="JSON name -> value; tools name them, only activities read them",
     )
     api_keys: list[ApiKey] = Field(default_factory=list, alias="LONGRUN_API_KEYS")
+    approval_timeout_s: float | None = Field(
+        None,
+        alias="LONGRUN_APPROVAL_TIMEOUT_S",
+        gt=0,
+        description="how long an approval waits for a person unless its step says; unset: forever",
+    )
+    approval_on_timeout: Literal["reject", "skip", "fail", "remind"] = Field(
+        "remind", alias="LONGRUN_APPROVAL_ON_TIMEOUT"
+    )
     webhooks: list[str] = Field(
         default_factory=list,
         alias="LONGRUN_WEBHOOKS",

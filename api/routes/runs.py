@@ -244,6 +244,8 @@ def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput
         prompt_token_budget=settings.prompt_token_budget,
         model_retry_window_s=settings.model_retry_window_s,
         webhooks=list(dict.fromkeys([*settings.webhooks, *(body.webhooks or [])])),
+        approval_timeout_s=settings.approval_timeout_s,
+        on_timeout=settings.approval_on_timeout,
     )
     budget = effective_budget(body.budget, settings.budget_defaults, settings.budget_ceilings)
     common = {

@@ -16,6 +16,7 @@ EventType = Literal[
     "step.cancelled",
     "approval.requested",
     "approval.decided",
+    "approval.reminder",
     "step.verified",
     "plan.made",
     "acceptance.failed",

@@ -31,7 +31,7 @@ from longrun.contracts.common import (
     _Strict,
 )
 from longrun.contracts.events import RunEvent, RunFigures
-from longrun.contracts.plans import Criterion, Plan, RoleModels
+from longrun.contracts.plans import Criterion, OnTimeout, Plan, RoleModels
 from longrun.policy import Policy
 
 WebhookUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$", max_length=2000)]
@@ -78,6 +78,9 @@ class RunConfig(BaseModel):
     prices: dict[str, Price] = Field(default_factory=dict)
     policy: Policy = Field(default_factory=Policy)
     webhooks: list[str] = Field(default_factory=list)
+    # Defaults for steps that set no approval deadline of their own.
+    approval_timeout_s: float | None = None
+    on_timeout: OnTimeout = "remind"
 
 
 class StepState(BaseModel):

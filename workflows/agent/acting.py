@@ -179,7 +179,8 @@ class Actor:
                 + (f" ({why})" if why else ""),
                 arguments={"tool": call.name, "args": args},
             )
-            record = await p.approvals.decision(ask)
+            config = p.inp.config
+            record = await p.approvals.decision(ask, config.approval_timeout_s, config.on_timeout)
             if record.decision == "reject":
                 p.steps.settle(state, "skipped", error=f"rejected by {record.decided_by}")
                 comment = f": {record.comment}" if record.comment else ""
