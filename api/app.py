@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from temporalio.service import RPCError
 
 from api.allow import AllowEveryMethod
@@ -51,6 +52,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="Durable runs for long AI agent jobs, on Temporal.",
     )
+    # A server span per request: a run's trace starts at the POST that started it.
+    FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz")
     app.state.settings = settings
     app.state.policy = load_policy(settings.policy_file)  # a bad file stops start-up
     app.state.temporal = TemporalGateway(settings)
