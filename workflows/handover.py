@@ -45,6 +45,7 @@ class HandOver:
         p.audit.entries = carry.audit
         p.audit.archived = carry.archived
         p.events.restore(carry.events, carry.next_event_id, carry.events_archived, carry.figures)
+        p.requests.restore(carry.outcomes)
         p.undo.restore(carry.completed_calls, carry.compensate_on_cancel)
 
     def due(self, settled: int) -> bool:
@@ -170,6 +171,7 @@ class HandOver:
             next_event_id=p.events.next_id,
             events_archived=p.events.archived,
             figures=p.events.figures,
+            outcomes=p.requests.listed(),
         )
 
     def _needed_outputs(self, plan: Plan) -> set[str]:

@@ -13,6 +13,7 @@ from workflows.calls import Calls
 from workflows.common import Clock
 from workflows.events import EventLog
 from workflows.ledger import Ledger
+from workflows.requests import Requests
 from workflows.status import Display, StatusBoard
 from workflows.steps import StepBook
 from workflows.undo import UndoLog
@@ -44,6 +45,7 @@ class RunParts:
         )
         self.approvals = Approvals(now, self.audit, self.steps, self.refresh, self.events)
         self.undo = UndoLog(self.audit)
+        self.requests = Requests()
         window = timedelta(seconds=inp.config.model_retry_window_s)
         self.calls = Calls(inp.run_id, self.ledger, window)
         self.webhooks = Webhooks(inp.run_id, inp.config.webhooks)

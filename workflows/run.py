@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         ControlRequest,
         EventPage,
         EventsQuery,
+        RequestOutcome,
         RunFigures,
         RunInput,
         RunResult,
@@ -100,20 +101,45 @@ class RunWorkflow:
         audit = self._p.audit
         return AuditTrail(run_id=self._p.inp.run_id, entries=audit.entries, archived=audit.archived)
 
+    # Requests people send (the API gives each an id and reads its outcome back): the
+    # first of competing requests is taken, every other one refused, saying why.
+
+    @workflow.query(name="outcome")
+    def outcome(self, request_id: str) -> RequestOutcome | None:
+        """Whether the run took a request, and if not, why; None if it has not seen it."""
+        return self._p.requests.outcome(request_id)
+
     @workflow.signal(name="pause")
     def pause(self, request: ControlRequest) -> None:
         """Stop before the next model or tool call (the call in flight finishes)."""
-        self._p.ledger.pause(request)
+        ledger = self._p.ledger
+        if request.request_id is None:  # as runs before request ids did
+            ledger.pause(request)
+            return
+        self._p.requests.handle(
+            request.request_id, ledger.pause_refusal(), partial(ledger.pause, request)
+        )
 
     @workflow.signal(name="resume")
     def resume(self, request: ControlRequest) -> None:
-        """Lift a pause a person asked for (a budget pause needs a bigger budget)."""
-        self._p.ledger.resume(request)
+        """Lift a pause a person asked for, or one for an unavailable model (a budget pause
+        needs a bigger budget)."""
+        ledger = self._p.ledger
+        if request.request_id is None:
+            ledger.resume(request)
+            return
+        self._p.requests.handle(
+            request.request_id, ledger.resume_refusal(), partial(ledger.resume, request)
+        )
 
     @workflow.signal(name="set_budget")
     def set_budget(self, change: BudgetChange) -> None:
         """Change limits; a run paused for its budget resumes once nothing is exhausted."""
-        self._p.ledger.set_limits(change.limits, change.actor)
+        take = partial(self._p.ledger.set_limits, change.limits, change.actor)
+        if change.request_id is None:
+            take()
+            return
+        self._p.requests.handle(change.request_id, None, take)
 
     @workflow.signal(name="cancelling")
     def cancelling(self, note: CancelNote) -> None:
@@ -123,16 +149,22 @@ class RunWorkflow:
 
     @workflow.signal(name="decide")
     def decide(self, decision: ApprovalDecision) -> None:
-        """A person's decision on an approval request; the first decision wins (the API
-        uses the `decide_approval` update, which tells the others they lost)."""
-        if not self._p.approvals.decide(decision):
+        """A person's decision on an approval request; the first decision wins, and the
+        others are refused, naming it."""
+        approvals = self._p.approvals
+        if decision.request_id is not None:
+            refusal = approvals.refusal(decision)
+            take = partial(approvals.decide, decision)
+            self._p.requests.handle(decision.request_id, refusal, take)
+        elif not approvals.decide(decision):
             workflow.logger.warning(
                 "ignoring decision on %s: unknown or decided", decision.approval_id
             )
 
-    # Updates: exactly one caller's change is taken, and every other caller learns why
-    # not. A validator and its (synchronous) handler run with nothing in between, so two
-    # decisions on one request cannot both pass.
+    # Updates: what the API used before it sent requests as signals; kept for clients and
+    # runs of earlier versions. An update that reaches a workflow task a dead worker left
+    # to time out can be recorded in an order that does not replay (the SDK's), which is
+    # why the API no longer sends them.
 
     @workflow.update(name="decide_approval")
     def decide_approval(self, decision: ApprovalDecision) -> ApprovalRecord:

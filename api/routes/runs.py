@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import uuid
@@ -20,8 +21,6 @@ from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import (
     SearchAttributePair,
@@ -29,7 +28,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
@@ -64,6 +63,7 @@ from longrun.contracts import (
     CancelNote,
     ControlRequest,
     Limits,
+    RequestOutcome,
     RoleModels,
     RunConfig,
     RunInput,
@@ -98,6 +98,9 @@ IDEMPOTENCY_NAMESPACE = uuid.UUID("6c0f8a3e-4a51-4d0c-9a8e-2f1b7f3d5e11")
 # Longer than a worker's sticky-queue timeout (10 s), so the first query after a worker dies
 # is answered by another worker instead of timing out.
 QUERY_TIMEOUT = timedelta(seconds=20)
+# How long a request to a run (a decision, a pause...) may take to be taken or refused.
+REQUEST_WAIT_S = 20.0
+REQUEST_POLL_S = 0.05
 WORKFLOW_TYPE = "longrun.Run"
 
 # Visibility filters for each run status. Final states come from Temporal's own status, so a
@@ -195,6 +198,10 @@ def fail_validation(loc: tuple[str | int, ...], msg: str) -> RequestValidationEr
 
 def _fingerprint(body: RunRequest) -> str:
     return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+
+
+def _request_id() -> str:
+    return f"req-{uuid.uuid4().hex}"
 
 
 def _secrets_named(body: RunRequest) -> list[str]:
@@ -438,10 +445,14 @@ async def decide_approval(
     if four_eyes and await desc.memo_value("owner", None) == caller.name:
         raise HTTPException(403, "four-eyes rule: approve steps of runs you did not start")
     decision = ApprovalDecision(
-        approval_id=approval_id, decision=body.decision, comment=body.comment, actor=caller.name
+        approval_id=approval_id,
+        decision=body.decision,
+        comment=body.comment,
+        actor=caller.name,
+        request_id=_request_id(),
     )
     ended = partial(_ended_decision, handle, run_id, approval_id)
-    await _update(handle, run_id, RunWorkflow.decide_approval, decision, ended=ended)
+    await _ask(handle, run_id, RunWorkflow.decide, decision, ended=ended)
     return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' taken")
 
 
@@ -461,36 +472,48 @@ async def _ended_decision(handle: WorkflowHandle[Any, Any], run_id: str, approva
     raise HTTPException(409, f"{decided}run '{run_id}' has already ended")
 
 
-async def _update(
+async def _ask(
     handle: WorkflowHandle[Any, Any],
     run_id: str,
-    update: Any,
-    arg: Any,
+    signal: Any,
+    request: Any,
     *,
     ended: Callable[[], Awaitable[None]] | None = None,
-) -> Any:
-    """Ask a run to change through a workflow update; its refusal is 404 (no such
-    approval) or 409, a run that ended meanwhile 409 (or what `ended` raises), no worker
-    answering 503."""
+) -> None:
+    """Send a run a request (a signal carrying `request.request_id`) and wait until the run
+    took or refused it: its refusal is 404 (no such approval) or 409, a run that ended
+    before it 409 (or what `ended` raises), no worker taking it in time 503."""
     try:
-        return await handle.execute_update(update, arg, rpc_timeout=QUERY_TIMEOUT)
-    except WorkflowUpdateFailedError as exc:
-        cause = exc.cause
-        if isinstance(cause, ApplicationError):
-            code = 404 if cause.type == "UnknownApproval" else 409
-            raise HTTPException(code, cause.message) from None
-        # Not refused by the run but ended otherwise (the run closed under it, say).
-        raise HTTPException(409, f"the change was not taken: {cause or exc}") from None
-    except WorkflowUpdateRPCTimeoutOrCancelledError:
-        raise HTTPException(
-            503, "no longrun worker took the change in time; is a worker running?"
-        ) from None
+        await handle.signal(signal, request)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             if ended is not None:
                 await ended()
             raise HTTPException(409, f"run '{run_id}' has already ended") from None
         raise
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + REQUEST_WAIT_S
+    while True:
+        try:
+            outcome: RequestOutcome | None = await handle.query(
+                RunWorkflow.outcome, request.request_id, rpc_timeout=QUERY_TIMEOUT
+            )
+        except RPCError as exc:  # no worker answered (yet): keep waiting until the deadline
+            if exc.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+                raise
+            outcome = None
+        if outcome is not None:
+            if outcome.taken:
+                return
+            code = 404 if outcome.kind == "UnknownApproval" else 409
+            raise HTTPException(code, outcome.message or "refused")
+        if loop.time() > deadline:
+            raise HTTPException(
+                503,
+                "the run has the request but no longrun worker took it in time (is a worker "
+                "running?); it is taken or refused when one does: see the run's status",
+            )
+        await asyncio.sleep(REQUEST_POLL_S)
 
 
 @router.post("/{run_id}/cancel", status_code=202, responses=answers(404, 409))
@@ -530,7 +553,7 @@ async def pause_run(
     run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
     """Pause a run: the call in flight finishes, then it waits for `resume`."""
-    return await _control(client, run_id, caller, body, "pause", RunWorkflow.pause_run)
+    return await _control(client, run_id, caller, body, "pause", RunWorkflow.pause)
 
 
 @router.post("/{run_id}/resume", status_code=202, responses=answers(404, 409))
@@ -538,7 +561,7 @@ async def resume_run(
     run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
     """Resume a run paused on request (a budget pause needs a bigger budget)."""
-    return await _control(client, run_id, caller, body, "resume", RunWorkflow.resume_run)
+    return await _control(client, run_id, caller, body, "resume", RunWorkflow.resume)
 
 
 async def _control(
@@ -547,11 +570,12 @@ async def _control(
     caller: Principal,
     body: ReasonRequest | None,
     action: str,
-    update: Any,
+    signal: Any,
 ) -> Accepted:
     handle = await _live_run(client, run_id, caller, action, others="approver")
     reason = body.reason if body else None
-    await _update(handle, run_id, update, ControlRequest(actor=caller.name, reason=reason))
+    request = ControlRequest(actor=caller.name, reason=reason, request_id=_request_id())
+    await _ask(handle, run_id, signal, request)
     return Accepted(run_id=run_id, detail=f"{action} taken")
 
 
@@ -564,9 +588,8 @@ async def change_budget(
     if errors:
         raise _invalid(errors)
     handle = await _live_run(client, run_id, caller, "change the budget of", others="approver")
-    await _update(
-        handle, run_id, RunWorkflow.change_budget, BudgetChange(limits=body, actor=caller.name)
-    )
+    change = BudgetChange(limits=body, actor=caller.name, request_id=_request_id())
+    await _ask(handle, run_id, RunWorkflow.set_budget, change)
     return Accepted(run_id=run_id, detail="budget change taken")
 
 

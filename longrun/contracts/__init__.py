@@ -44,6 +44,7 @@ from longrun.contracts.budget import (
     LimitUse,
     PendingApproval,
     Price,
+    RequestOutcome,
     Usage,
 )
 from longrun.contracts.common import (
@@ -184,6 +185,7 @@ __all__ = [
     "Price",
     "Recall",
     "RecallRequest",
+    "RequestOutcome",
     "RetrySpec",
     "RoleModels",
     "RunCarry",

@@ -19,6 +19,7 @@ from longrun.contracts.budget import (
     ControlRequest,
     PendingApproval,
     Price,
+    RequestOutcome,
     Usage,
 )
 from longrun.contracts.common import (
@@ -187,6 +188,7 @@ class RunCarry(BaseModel):
     next_event_id: int = 1
     events_archived: list[str] = Field(default_factory=list)
     figures: RunFigures = Field(default_factory=RunFigures)
+    outcomes: list[RequestOutcome] = Field(default_factory=list)  # of the latest requests
 
 
 class RunInput(BaseModel):
