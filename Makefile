@@ -12,6 +12,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+# Pages are tested in Debian's Chromium, driven by Playwright (which downloads nothing).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "install Chromium at $(CHROMIUM)"; exit 1; }
+	apt-get install -y -q chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium >/dev/null; }
+
 run: $(STAMP)  ## the whole local stack: Temporal + UI, worker, API (+ model stand-in)
 	$(BIN)/longrun dev
 
@@ -24,7 +30,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) $(CHROMIUM)
 	$(BIN)/pytest
 
 bench: $(STAMP)  ## speed, fault tolerance and prompt growth, printed, never asserted

@@ -20,7 +20,7 @@ from activities.endpoint import model_problem
 from longrun.contracts import RUN_ID_PATTERN
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
-from longrun.temporal import connect_patiently, ensure_search_attributes
+from longrun.temporal import connect_patiently, ensure_search_attributes, metrics_runtime
 from workflows import RunWorkflow
 
 log = logging.getLogger("longrun.worker")
@@ -105,7 +105,7 @@ async def _sweep_forever(client: Client, store: ArtifactStore, retention: timede
 
 async def run_worker(settings: Settings) -> None:
     """Poll the task queue until SIGINT or SIGTERM, then finish in-flight work and exit."""
-    client = await connect_patiently(settings, log)
+    client = await connect_patiently(settings, log, metrics_runtime(settings))
     await ensure_search_attributes(client)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

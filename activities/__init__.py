@@ -9,6 +9,7 @@ from activities.memory import MemoryActivities
 from activities.model import ModelActivities
 from activities.tools import REGISTRY, build_tool_activities
 from activities.verify import VerifyActivities
+from activities.webhooks import WebhookActivities
 from longrun.settings import Settings
 
 
@@ -19,6 +20,7 @@ async def activities_for(settings: Settings) -> AsyncIterator[list[Callable[...,
     verify = VerifyActivities(settings, model)
     memory = MemoryActivities(settings)
     keep = KeepActivities(settings)
+    webhooks = WebhookActivities(settings)
     try:
         yield [
             model.complete,
@@ -30,6 +32,7 @@ async def activities_for(settings: Settings) -> AsyncIterator[list[Callable[...,
             memory.write,
             memory.recall,
             keep.keep,
+            webhooks.deliver,
             *build_tool_activities(settings),
         ]
     finally:

@@ -21,6 +21,8 @@ import openai
 from openai import AsyncOpenAI
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import fatal, retry_after_seconds, transient
@@ -31,6 +33,7 @@ from longrun.contracts import ModelUsage, ToolCallRequest
 from longrun.settings import Settings
 
 log = logging.getLogger("longrun.model")
+TRACER = trace.get_tracer("longrun.model")
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 # Room kept between a prompt's estimate and the window, for what the estimate misses.
@@ -215,15 +218,37 @@ class Endpoint:
             "max_tokens": max_tokens,
             **extra,
         }
-        async with heartbeating():
-            try:
-                if self.streaming:
-                    return await self._streamed(request)
-                return await self._whole(request)
-            except openai.APIError as exc:
-                raise self._error(exc, model) from None
-            except httpx.HTTPError as exc:  # raised while a stream is read
-                raise self._broken(exc, model) from None
+        # A span per call, named and described as OpenTelemetry's GenAI conventions say.
+        with TRACER.start_as_current_span(f"chat {model}", kind=SpanKind.CLIENT) as span:
+            span.set_attributes(
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.system": "openai",
+                    "gen_ai.request.model": model,
+                    "gen_ai.request.max_tokens": max_tokens,
+                    "server.address": httpx.URL(self.url).host,
+                }
+            )
+            async with heartbeating():
+                try:
+                    answer = (
+                        await self._streamed(request)
+                        if self.streaming
+                        else await self._whole(request)
+                    )
+                except openai.APIError as exc:
+                    raise self._error(exc, model) from None
+                except httpx.HTTPError as exc:  # raised while a stream is read
+                    raise self._broken(exc, model) from None
+            span.set_attributes(
+                {
+                    "gen_ai.response.model": answer.usage.model,
+                    "gen_ai.usage.input_tokens": answer.usage.input_tokens,
+                    "gen_ai.usage.output_tokens": answer.usage.output_tokens,
+                    "gen_ai.response.finish_reasons": [answer.finish_reason or "unknown"],
+                }
+            )
+            return answer
 
     async def _streamed(self, request: dict[str, Any]) -> Answer:
         options = {"stream_options": {"include_usage": True}} if self._stream_options else {}

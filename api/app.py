@@ -8,12 +8,15 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from temporalio.service import RPCError
 
 from api.allow import AllowEveryMethod
 from api.deps import TemporalGateway
+from api.feed import EventFeed
 from api.guard import BodyGuard
-from api.routes import artifacts, health, runs
+from api.routes import approvals, artifacts, events, health, metrics, runs, tools, ui
 from longrun.policy import load_policy
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
@@ -42,17 +45,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         yield
 
-    app = FastAPI(
+    # /docs and /redoc with their scripts and styles served from the package, not a CDN.
+    app = FastAPIOffline(
         lifespan=lifespan,
         title="longrun",
         version="0.1.0",
         description="Durable runs for long AI agent jobs, on Temporal.",
     )
+    # A server span per request: a run's trace starts at the POST that started it.
+    FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz")
     app.state.settings = settings
     app.state.policy = load_policy(settings.policy_file)  # a bad file stops start-up
     app.state.temporal = TemporalGateway(settings)
+    app.state.events = EventFeed(settings)
     app.include_router(health.router)
     app.include_router(runs.router)
+    app.include_router(events.router)
+    app.include_router(approvals.router)
+    app.include_router(tools.router)
+    app.include_router(metrics.router)
+    app.include_router(ui.router)
     app.include_router(artifacts.router)
     app.add_middleware(BodyGuard, limit=settings.max_request_bytes)
     app.add_middleware(AllowEveryMethod)

@@ -1,75 +1,137 @@
-"""The `longrun` command: `dev`, `worker`, `api`, `standin`, `conformance` and `demo`."""
+"""The `longrun` command: the local stack and its processes (`dev`, `worker`, `api`,
+`standin`, `conformance`, `demo`, `hash-key`), and the commands that talk to a running
+API (longrun.commands)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
+from pathlib import Path
+from typing import Annotated
 
+import typer
+
+from longrun.commands import COMMANDS
 from longrun.settings import get_settings
 
+app = typer.Typer(
+    name="longrun",
+    help="Durable runs for long AI agent jobs, on Temporal.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
 
-def main(argv: list[str] | None = None) -> None:
-    """Dispatch a `longrun` subcommand."""
-    parser = argparse.ArgumentParser(prog="longrun", description="Durable runs for AI agent jobs.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("dev", help="run the whole local stack in the foreground (make run)")
-    sub.add_parser("worker", help="run a worker against TEMPORAL_ADDRESS")
-    sub.add_parser("api", help="serve the REST API on LONGRUN_API_HOST:LONGRUN_API_PORT")
-    standin = sub.add_parser("standin", help="serve the offline model stand-in")
-    standin.add_argument("--port", type=int, default=None)
-    standin.add_argument("--scenario", action="append", default=[], help="a JSON file of rules")
-    sub.add_parser("hash-key", help="print the SHA-256 digest of an API key read from stdin")
-    conformance = sub.add_parser(
-        "conformance", help="check what the model server in settings can do (a table)"
-    )
-    conformance.add_argument(
-        "--runs", action="store_true", help="also run the README plan and the demo goal via the API"
-    )
-    demo = sub.add_parser("demo", help="run the demo goal against the running API")
-    demo.add_argument("--approve", action="store_true", help="approve without asking")
-    args = parser.parse_args(argv)
 
-    if args.command == "dev":
-        from longrun.dev.stack import DevStackError, run_dev
+@app.command()
+def dev() -> None:
+    """Run the whole local stack in the foreground: Temporal with its Web UI, the model
+    stand-in, a worker and the API (what `make run` does).
 
-        try:
-            sys.exit(asyncio.run(run_dev(get_settings())))
-        except DevStackError as exc:
-            sys.stderr.write(f"longrun dev: {exc}\n")
-            sys.exit(1)
-    elif args.command == "worker":
-        import worker
+    Example: longrun dev
+    """
+    from longrun.dev.stack import DevStackError, run_dev
 
-        worker.main()
-    elif args.command == "api":
-        import uvicorn
+    try:
+        sys.exit(asyncio.run(run_dev(get_settings())))
+    except DevStackError as exc:
+        sys.stderr.write(f"longrun dev: {exc}\n")
+        sys.exit(1)
 
-        settings = get_settings()
-        uvicorn.run("api.app:app", host=settings.api_host, port=settings.api_port)
-    elif args.command == "standin":
-        from longrun.dev import standin as standin_server
 
-        port = args.port or get_settings().dev_standin_port
-        scenarios = [item for path in args.scenario for item in ("--scenario", path)]
-        standin_server.main(["--port", str(port), *scenarios])
-    elif args.command == "hash-key":
-        from longrun.settings import hash_key
+@app.command()
+def worker() -> None:
+    """Run a worker against TEMPORAL_ADDRESS.
 
-        key = sys.stdin.readline().strip()
-        if not key:
-            sys.stderr.write("longrun hash-key: give the key on standard input\n")
-            sys.exit(1)
-        sys.stdout.write(hash_key(key) + "\n")
-    elif args.command == "conformance":
-        from longrun.dev import conformance as check
+    Example: TEMPORAL_ADDRESS=temporal:7233 longrun worker
+    """
+    import worker as worker_process
 
-        sys.exit(check.main(get_settings(), runs=args.runs))
-    elif args.command == "demo":
-        from longrun.dev.demo import run_demo
+    worker_process.main()
 
-        settings = get_settings()
-        sys.exit(run_demo(f"http://{settings.api_host}:{settings.api_port}", approve=args.approve))
+
+@app.command()
+def api() -> None:
+    """Serve the REST API on LONGRUN_API_HOST:LONGRUN_API_PORT.
+
+    Example: LONGRUN_API_PORT=8000 longrun api
+    """
+    import uvicorn
+
+    settings = get_settings()
+    uvicorn.run("api.app:app", host=settings.api_host, port=settings.api_port)
+
+
+@app.command()
+def standin(
+    port: Annotated[int | None, typer.Option(help="default: LONGRUN_DEV_STANDIN_PORT")] = None,
+    scenario: Annotated[
+        list[Path] | None, typer.Option(help="a JSON file of rules; repeat for several")
+    ] = None,
+) -> None:
+    """Serve the offline model stand-in (an OpenAI-compatible server that plays scripts).
+
+    Example: longrun standin --port 8100 --scenario rules.json
+    """
+    from longrun.dev import standin as standin_server
+
+    chosen = port or get_settings().dev_standin_port
+    scenarios = [item for path in scenario or [] for item in ("--scenario", str(path))]
+    standin_server.main(["--port", str(chosen), *scenarios])
+
+
+@app.command("hash-key")
+def hash_key() -> None:
+    """Print the SHA-256 digest of an API key read from standard input, for
+    LONGRUN_API_KEYS.
+
+    Example: echo "$KEY" | longrun hash-key
+    """
+    from longrun.settings import hash_key as digest
+
+    key = sys.stdin.readline().strip()
+    if not key:
+        sys.stderr.write("longrun hash-key: give the key on standard input\n")
+        sys.exit(1)
+    sys.stdout.write(digest(key) + "\n")
+
+
+@app.command()
+def conformance(
+    runs: Annotated[
+        bool, typer.Option("--runs", help="also run the README plan and the demo goal")
+    ] = False,
+) -> None:
+    """Check what the model server in settings can do, as a table.
+
+    Example: OPENAI_BASE_URL=http://127.0.0.1:8180/v1 LONGRUN_MODEL=smollm2-135m longrun conformance
+    """
+    from longrun.dev import conformance as check
+
+    sys.exit(check.main(get_settings(), runs=runs))
+
+
+@app.command()
+def demo(
+    approve: Annotated[bool, typer.Option("--approve", help="approve without asking")] = False,
+) -> None:
+    """Run the demo goal against the API that `make run` started.
+
+    Example: longrun demo --approve
+    """
+    from longrun.dev.demo import run_demo
+
+    settings = get_settings()
+    sys.exit(run_demo(f"http://{settings.api_host}:{settings.api_port}", approve=approve))
+
+
+for name, command in COMMANDS.items():
+    app.command(name)(command)
+
+
+def main() -> None:
+    """Run the `longrun` command."""
+    app()
 
 
 if __name__ == "__main__":

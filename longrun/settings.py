@@ -109,6 +109,8 @@ class Settings(BaseSettings):
     )
 
     trace_console: bool = Field(False, alias="LONGRUN_TRACE_CONSOLE")
+    # host:port where a worker serves Prometheus metrics (/metrics); unset: none.
+    metrics_address: str | None = Field(None, alias="LONGRUN_METRICS_ADDRESS")
 
     secrets: dict[str, SecretStr] = Field(
         default_factory=dict,
@@ -116,6 +118,23 @@ class Settings(BaseSettings):
         description="JSON name -> value; tools name them, only activities read them",
     )
     api_keys: list[ApiKey] = Field(default_factory=list, alias="LONGRUN_API_KEYS")
+    approval_timeout_s: float | None = Field(
+        None,
+        alias="LONGRUN_APPROVAL_TIMEOUT_S",
+        gt=0,
+        description="how long an approval waits for a person unless its step says; unset: forever",
+    )
+    approval_on_timeout: Literal["reject", "skip", "fail", "remind"] = Field(
+        "remind", alias="LONGRUN_APPROVAL_ON_TIMEOUT"
+    )
+    webhooks: list[str] = Field(
+        default_factory=list,
+        alias="LONGRUN_WEBHOOKS",
+        description="JSON list of URLs every run notifies (besides a run's own webhooks)",
+    )
+    webhook_secret: SecretStr | None = Field(
+        None, alias="LONGRUN_WEBHOOK_SECRET", description="signs every webhook (HMAC-SHA256)"
+    )
     four_eyes: bool = Field(False, alias="LONGRUN_FOUR_EYES")
 
     api_host: str = Field("127.0.0.1", alias="LONGRUN_API_HOST")

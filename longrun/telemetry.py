@@ -3,6 +3,7 @@ every activity, carried across processes in Temporal headers."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from opentelemetry import trace
@@ -12,11 +13,18 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 
 from longrun.settings import Settings
 
+OTLP_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
 
 def configure_tracing(service: str, settings: Settings) -> None:
-    """Install this process's tracer provider; spans go to stderr when LONGRUN_TRACE_CONSOLE
-    is set, otherwise to whatever processor a deployment adds to the provider."""
+    """Install this process's tracer provider: spans go over OTLP (HTTP) when the standard
+    OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is set, and to stderr when
+    LONGRUN_TRACE_CONSOLE is."""
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    if any(os.environ.get(name) for name in OTLP_VARIABLES):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     if settings.trace_console:
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
     trace.set_tracer_provider(provider)

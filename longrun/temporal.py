@@ -18,6 +18,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DefaultFailureConverter, PayloadConverter
 from temporalio.envconfig import ClientConfig
 from temporalio.exceptions import ApplicationError
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError, RPCStatusCode
 
 from longrun.settings import Settings
@@ -52,13 +53,14 @@ DATA_CONVERTER = dataclasses.replace(
 MAX_CONNECT_DELAY_S = 30.0
 
 
-async def connect(settings: Settings) -> Client:
+async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     """A client for the configured server and namespace, with the pydantic converter.
 
     TLS, mTLS and API-key authentication come from Temporal's own client configuration:
     `TEMPORAL_TLS`, `TEMPORAL_TLS_CA`, `TEMPORAL_TLS_CERT`, `TEMPORAL_TLS_KEY`,
     `TEMPORAL_TLS_SERVER_NAME`, `TEMPORAL_API_KEY`, or a profile of the configuration file
     (`TEMPORAL_CONFIG_FILE`, `TEMPORAL_PROFILE`), as the `temporal` CLI reads them.
+    A worker passes its own `runtime` to export metrics.
     """
     config = ClientConfig.load_client_connect_config()
     config["target_host"] = settings.temporal_address
@@ -68,16 +70,28 @@ async def connect(settings: Settings) -> Client:
         data_converter=DATA_CONVERTER,
         # Client interceptors apply to workers built on this client too.
         interceptors=[TracingInterceptor()],
+        runtime=runtime,
     )
 
 
-async def connect_patiently(settings: Settings, log: logging.Logger) -> Client:
+def metrics_runtime(settings: Settings) -> Runtime | None:
+    """A Temporal runtime that serves Prometheus metrics at LONGRUN_METRICS_ADDRESS (the
+    SDK's worker metrics and longrun's own, which workflows record), or None."""
+    if settings.metrics_address is None:
+        return None
+    prometheus = PrometheusConfig(bind_address=settings.metrics_address)
+    return Runtime(telemetry=TelemetryConfig(metrics=prometheus))
+
+
+async def connect_patiently(
+    settings: Settings, log: logging.Logger, runtime: Runtime | None = None
+) -> Client:
     """Connect, waiting for a Temporal that is not up yet (starting, restarting, or in
     maintenance): each failed try is logged, the next one comes after a longer pause."""
     delay = 1.0
     while True:
         try:
-            return await connect(settings)
+            return await connect(settings, runtime)
         except RuntimeError as exc:  # the SDK's "Failed client connect"
             log.warning(
                 "Temporal at %s is not reachable (%s); trying again in %g s",

@@ -77,16 +77,20 @@ def _env(settings: Settings) -> dict[str, str]:
         "OPENAI_API_KEY": "test-key",
         "LONGRUN_MODEL": settings.model,
         "LONGRUN_DATA_DIR": str(settings.data_dir),
+        "LONGRUN_CONTINUE_AS_NEW_EVERY": str(settings.continue_as_new_every),
     }
 
 
-def start_api(settings: Settings, cwd: Path, port: int) -> subprocess.Popen[bytes]:
-    """The API (`uvicorn api.app:app`) as its own process; returns once it answers."""
+def start_api(
+    settings: Settings, cwd: Path, port: int, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """The API (`uvicorn api.app:app`) as its own process (with `env` besides the
+    settings'); returns once it answers."""
     with (cwd / "api.log").open("w") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "api.app:app", "--port", str(port)],
             cwd=cwd,
-            env=_env(settings),
+            env={**_env(settings), **(env or {})},
             stderr=sink,
             stdout=sink,
         )
@@ -102,10 +106,12 @@ def start_api(settings: Settings, cwd: Path, port: int) -> subprocess.Popen[byte
     raise AssertionError(f"the API did not start: {(cwd / 'api.log').read_text()}")
 
 
-def start_worker(settings: Settings, cwd: Path, *, ready: bool = True) -> subprocess.Popen[bytes]:
-    """`python -m worker` as its own process, configured like a deployment would be;
-    returns once it polls (`ready`) or at once."""
-    env = _env(settings)
+def start_worker(
+    settings: Settings, cwd: Path, *, ready: bool = True, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`python -m worker` as its own process, configured like a deployment would be (and
+    with `env` besides); returns once it polls (`ready`) or at once."""
+    env = {**_env(settings), **(env or {})}
     log = cwd / f"worker-{len(list(cwd.glob('worker-*.log')))}.log"
     with log.open("w") as sink:
         proc = subprocess.Popen(

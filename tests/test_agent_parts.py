@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from longrun import secrets
 from longrun.contracts import (
     ActResult,
     AgentSpec,
@@ -142,5 +143,5 @@ def test_finish_summaries_and_named_secrets() -> None:
     assert briefs.finish_summary(finish) == "done it"
     garbled = ToolCallRequest(id="f", name="finish", arguments="{not json")
     assert briefs.finish_summary(garbled) == "{not json"
-    assert briefs.names_a_secret({"headers": [{"secret": "TOKEN"}]})
-    assert not briefs.names_a_secret({"secret": "TOKEN", "other": 1})
+    assert secrets.named({"headers": [{"secret": "TOKEN"}, {"secret": "TOKEN"}]}) == ["TOKEN"]
+    assert secrets.named({"secret": "TOKEN", "other": 1}) == []

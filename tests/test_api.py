@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import httpx
@@ -406,3 +407,14 @@ async def test_health_and_docs(api: httpx.AsyncClient) -> None:
     assert (await api.get("/readyz")).json() == {"status": "ready"}
     spec = (await api.get("/openapi.json")).json()
     assert "/v1/runs/{run_id}/approvals/{approval_id}" in spec["paths"]
+
+
+async def test_the_docs_pages_need_nothing_from_the_internet(api: httpx.AsyncClient) -> None:
+    for page in ("/docs", "/redoc"):
+        html = (await api.get(page)).text
+        sources = re.findall(r'(?:src|href)="([^"]+)"', html)
+        assert sources, page
+        for source in sources:
+            assert not source.startswith(("http:", "https:", "//")), (page, source)
+            served = await api.get(source)
+            assert served.status_code == 200 and len(served.content) > 1000, source

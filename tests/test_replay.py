@@ -214,10 +214,11 @@ async def test_a_run_paused_for_its_model_and_resumed_replays(
     await _replays_and_is_kept(client, run_id, "model_paused_and_resumed")
 
 
-async def test_a_run_changed_by_updates_replays(
+async def test_a_run_changed_by_requests_replays(
     api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
 ) -> None:
-    # Decisions, pauses, resumes and budget changes taken as workflow updates.
+    # Decisions, pauses, resumes and budget changes sent as signals with request ids (the
+    # saved `changed_by_updates` history keeps the way runs took them as updates before).
     run_id = await submit(
         api, [{"id": "gate", "approval": {"message": "go?"}}, {"id": "after", "tool": "echo"}]
     )
@@ -232,7 +233,7 @@ async def test_a_run_changed_by_updates_replays(
     assert (await api.post(f"{url}/resume")).status_code == 202
     run = await wait_run(run_id)
     assert run["status"] == "completed", run["error"]
-    await _replays_and_is_kept(client, run_id, "changed_by_updates")
+    await _replays_and_is_kept(client, run_id, "changed_by_requests")
 
 
 async def test_a_run_out_of_time_while_waiting_replays(
@@ -269,3 +270,30 @@ async def test_a_run_cancelled_with_a_call_in_flight_replays(
     run = await wait_run(run_id)
     assert run["status"] == "cancelled" and run["result"]["compensated"] == ["w"], run
     await _replays_and_is_kept(client, run_id, "cancelled_with_a_call_in_flight")
+
+
+async def test_a_run_with_an_approval_deadline_and_figures_replays(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    # A deadline's durable timer and its decision by `timeout`, the event log, and the
+    # figures kept in the memo at the end (figures-memo).
+    steps = [
+        {
+            "id": "late",
+            "tool": "echo",
+            "requires_approval": True,
+            "approval_timeout_s": 1,
+            "on_timeout": "skip",
+        },
+        {"id": "gate", "approval": {"message": "go?"}, "depends_on": ["late"]},
+    ]
+    run_id = await submit(api, steps)
+    await wait_run(
+        run_id, lambda r: r["status"] == "waiting_approval" and r["approvals"][0]["decision"]
+    )
+    assert (
+        await api.post(f"/v1/runs/{run_id}/approvals/apr-gate", json={"decision": "approve"})
+    ).is_success
+    run = await wait_run(run_id)
+    assert run["status"] == "completed" and run["figures"]["approvals"] == 1
+    await _replays_and_is_kept(client, run_id, "deadline_and_figures")

@@ -4,18 +4,27 @@ waits of the steps that asked, which survive continue-as-new."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 
 from workflows.audit import AuditLog
 from workflows.common import Clock, cut
+from workflows.events import EventLog
 from workflows.steps import StepBook
 
 with workflow.unsafe.imports_passed_through():
-    from longrun.contracts import ApprovalDecision, ApprovalKind, ApprovalRecord, PendingApproval
+    from longrun.contracts import (
+        ApprovalDecision,
+        ApprovalKind,
+        ApprovalRecord,
+        OnTimeout,
+        PendingApproval,
+    )
 
 APPROVAL_SUMMARY_CHARS = 2000
+TIMEOUT_ACTOR = "timeout"  # who decides a request nobody decided in time
 SHORT_CHARS = 200  # of an older decided request's summary and comment in status
 
 
@@ -23,10 +32,16 @@ class Approvals:
     """Every approval request of a run, decided or not."""
 
     def __init__(
-        self, now: Clock, audit: AuditLog, steps: StepBook, on_change: Callable[[], None]
+        self,
+        now: Clock,
+        audit: AuditLog,
+        steps: StepBook,
+        on_change: Callable[[], None],
+        events: EventLog,
     ) -> None:
         self._now = now
         self._audit = audit
+        self._events = events
         self._steps = steps
         self._on_change = on_change
         self.records: dict[str, ApprovalRecord] = {}
@@ -83,11 +98,60 @@ class Approvals:
         )
         self.records[approval_id] = record
         self.undecided[approval_id] = record
+        self._events.emit(
+            "approval.requested", step_id, approval_id=approval_id, kind=kind, summary=summary
+        )
         return record
 
-    async def decision(self, record: ApprovalRecord) -> ApprovalRecord:
-        """Wait, however long, for a person's decision on a request."""
-        await workflow.wait_condition(lambda: record.decision is not None)
+    async def decision(
+        self,
+        record: ApprovalRecord,
+        timeout_s: float | None = None,
+        on_timeout: OnTimeout = "remind",
+    ) -> ApprovalRecord:
+        """Wait for a person's decision on a request: however long, or with `timeout_s`
+        until that long after the request (a durable timer, which holds across restarts
+        and hand-overs). Then `remind` sends a reminder and waits as long again; the
+        others decide "reject" as `timeout` (the caller tells reject, skip and fail apart).
+        """
+
+        def decided() -> bool:
+            return record.decision is not None
+
+        if timeout_s is None:
+            await workflow.wait_condition(decided)
+            return record
+        period = timedelta(seconds=timeout_s)
+        deadline = record.requested_at + period
+        if on_timeout == "remind":  # the next reminder due, after a hand-over too
+            missed = (self._now() - record.requested_at) // period
+            deadline = record.requested_at + (missed + 1) * period
+        while not decided():
+            left = (deadline - self._now()).total_seconds()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                await workflow.wait_condition(decided, timeout=left)
+            except TimeoutError:
+                if on_timeout != "remind":
+                    comment = f"no decision within {timeout_s:g} s ({on_timeout})"
+                    self.decide(
+                        ApprovalDecision(
+                            approval_id=record.approval_id,
+                            decision="reject",
+                            actor=TIMEOUT_ACTOR,
+                            comment=comment,
+                        )
+                    )
+                    break
+                self._events.emit(
+                    "approval.reminder",
+                    record.step_id,
+                    approval_id=record.approval_id,
+                    summary=record.summary,
+                    waiting_s=(self._now() - record.requested_at).total_seconds(),
+                )
+                deadline += period
         return record
 
     def refusal(self, decision: ApprovalDecision) -> tuple[str, str] | None:
@@ -121,7 +185,16 @@ class Approvals:
         detail = f"{record.approval_id} (step {record.step_id})"
         if decision.comment:
             detail += f": {decision.comment}"
-        self._audit.record(decision.actor, decision.decision, detail)
+        self._audit.record(decision.actor, decision.decision, detail, event=False)
+        self._events.emit(
+            "approval.decided",
+            record.step_id,
+            approval_id=record.approval_id,
+            kind=record.kind,
+            decision=decision.decision,
+            by=decision.actor,
+            comment=decision.comment,
+        )
         return _decided(record)
 
     def close(self) -> None:

@@ -22,6 +22,8 @@ CARRY_MAX_BYTES = 512 * 1024
 AUDIT_KEPT = 100  # the newest audit entries stay in the carry when older ones are stored
 # Runs started before carried everything whole, and replay that way.
 BOUNDED_CARRY_PATCH = "bounded-carry"
+# Runs started before had no event log to archive.
+EVENTS_ARCHIVE_PATCH = "events-archive"
 
 
 class HandOver:
@@ -42,6 +44,8 @@ class HandOver:
         p.ledger.restore(carry.usage, carry.budget, carry.started, carry.pause_request)
         p.audit.entries = carry.audit
         p.audit.archived = carry.archived
+        p.events.restore(carry.events, carry.next_event_id, carry.events_archived, carry.figures)
+        p.requests.restore(carry.outcomes)
         p.undo.restore(carry.completed_calls, carry.compensate_on_cancel)
 
     def due(self, settled: int) -> bool:
@@ -63,17 +67,48 @@ class HandOver:
         # A signal that arrives after this point makes the server refuse the hand-over;
         # the task runs again with it, so no signal is lost.
         await workflow.wait_condition(workflow.all_handlers_finished)
-        self._parts.audit.record("longrun", "continued as new", f"segment {self.segment + 1}")
-        carry = self.carry(agent)
-        if _size(carry) > CARRY_MAX_BYTES and workflow.patched(BOUNDED_CARRY_PATCH):
-            carry = await self._bounded(agent)
+        self._parts.audit.record(
+            "longrun", "continued as new", f"segment {self.segment + 1}", event=False
+        )
+        self._parts.events.emit("run.continued", segment=self.segment + 1)
+        await self._archive_events()
+        bounded = _size(self.carry(agent)) > CARRY_MAX_BYTES and workflow.patched(
+            BOUNDED_CARRY_PATCH
+        )
+        if bounded:
+            await self._bound(agent)
+        await self._quiesce()
+        # Taken after the last wait, so what handlers changed meanwhile travels too.
+        carry = self.carry(agent, preview=PREVIEW_CHARS if bounded else None)
         workflow.continue_as_new(self._parts.inp.model_copy(update={"carry": carry}))
 
-    async def _bounded(self, agent: AgentCarry | None) -> RunCarry:
-        """The carry within its bound: outputs nobody needs as short previews, then the
-        biggest needed outputs stored whole, then earlier audit entries and decided
-        approvals stored away. What is stored goes by reference; a decision or entry that
-        arrives meanwhile travels as usual."""
+    async def _quiesce(self) -> None:
+        """Wait until no webhook delivery is under way (none outlives its segment) and no
+        handler runs."""
+        webhooks = self._parts.webhooks
+        while True:
+            await webhooks.settle()
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            if not webhooks.pending:
+                return
+
+    async def _archive_events(self) -> None:
+        """Store all but the latest events away, so the log a hand-over carries stays
+        short however long the run; `GET /v1/runs/{id}/events` reads them back."""
+        events = self._parts.events
+        older = events.older()
+        if not older or not workflow.patched(EVENTS_ARCHIVE_PATCH):
+            return
+        artifacts = []
+        for chunk in _chunks([("events", e.model_dump(mode="json")) for e in older]):
+            ref = (await stored.keep(self._parts.inp.run_id, {"archive": chunk}))["archive"]
+            artifacts.append(ref["artifact"])
+        events.forget(len(older), artifacts)
+
+    async def _bound(self, agent: AgentCarry | None) -> None:
+        """Bring the carry within its bound: outputs nobody needs as short previews (see
+        `carry`), then the biggest needed outputs stored whole, then earlier audit entries
+        and decided approvals stored away; what is stored goes by reference."""
         p = self._parts
         run_id = p.inp.run_id
         carry = self.carry(agent, preview=PREVIEW_CHARS)
@@ -97,9 +132,6 @@ class HandOver:
                 p.audit.archived.append(ref["artifact"])
             del p.audit.entries[: len(entries)]
             p.approvals.archive([a.approval_id for a in decided])
-            carry = self.carry(agent, preview=PREVIEW_CHARS)
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        return carry
 
     def carry(self, agent: AgentCarry | None = None, preview: int | None = None) -> RunCarry:
         """What the next segment starts from; outputs nobody needs are cut to `preview`
@@ -135,6 +167,11 @@ class HandOver:
             agent=agent,
             archived=p.audit.archived,
             approvals_archived=list(p.approvals.archived),
+            events=p.events.events,
+            next_event_id=p.events.next_id,
+            events_archived=p.events.archived,
+            figures=p.events.figures,
+            outcomes=p.requests.listed(),
         )
 
     def _needed_outputs(self, plan: Plan) -> set[str]:
@@ -154,16 +191,17 @@ def _size(carry: RunCarry) -> int:
 
 
 def _chunks(items: list[tuple[str, dict[str, Any]]]) -> list[dict[str, list[dict[str, Any]]]]:
-    """Archive records grouped into chunks that each fit one `artifacts.keep` call."""
+    """Archive records ("audit", "approvals" or "events", each kind in order) grouped into
+    chunks that each fit one `artifacts.keep` call."""
     chunks: list[dict[str, list[dict[str, Any]]]] = []
-    chunk: dict[str, list[dict[str, Any]]] = {"audit": [], "approvals": []}
+    chunk: dict[str, list[dict[str, Any]]] = {}
     used = 0
     for kind, record in items:
         record_size = stored.size(record)
         if used and used + record_size > stored.BATCH_MAX_BYTES // 2:
             chunks.append(chunk)
-            chunk, used = {"audit": [], "approvals": []}, 0
-        chunk[kind].append(record)
+            chunk, used = {}, 0
+        chunk.setdefault(kind, []).append(record)
         used += record_size
     if used:
         chunks.append(chunk)

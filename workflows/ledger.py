@@ -13,6 +13,7 @@ from temporalio import workflow
 
 from workflows.audit import AuditLog
 from workflows.common import Clock, StepFailed
+from workflows.events import EventLog
 
 with workflow.unsafe.imports_passed_through():
     from longrun.contracts import (
@@ -39,6 +40,7 @@ class Ledger:
         audit: AuditLog,
         on_change: Callable[[], None],
         *,
+        events: EventLog,
         budget: Budget,
         prices: dict[str, Price],
         started: datetime,
@@ -46,6 +48,7 @@ class Ledger:
         self._now = now
         self._audit = audit
         self._on_change = on_change
+        self._events = events
         self._prices = prices
         self.budget = budget
         self.started = started
@@ -72,13 +75,15 @@ class Ledger:
 
     def pause(self, request: ControlRequest) -> None:
         """Hold the run at its next checkpoint."""
-        self._audit.record(request.actor, "pause", request.reason)
+        self._audit.record(request.actor, "pause", request.reason, event=False)
+        self._events.emit("run.paused", reason="requested", by=request.actor, detail=request.reason)
         self.pause_request = request
 
     def resume(self, request: ControlRequest) -> None:
         """Lift a pause a person asked for, or one for an unavailable model (which is then
         asked again); a budget pause needs a bigger budget."""
-        self._audit.record(request.actor, "resume", request.reason)
+        self._audit.record(request.actor, "resume", request.reason, event=False)
+        self._events.emit("run.resumed", by=request.actor, detail=request.reason)
         self.pause_request = None
         self.model_down = None
 
@@ -103,7 +108,8 @@ class Ledger:
         """Change limits; unset ones stay as they are."""
         given = limits.model_dump(exclude_none=True)
         self.budget = self.budget.model_copy(update=given)
-        self._audit.record(actor, "budget", json.dumps(given, sort_keys=True))
+        self._audit.record(actor, "budget", json.dumps(given, sort_keys=True), event=False)
+        self._events.emit("budget.changed", by=actor, limits=given)
 
     # --- what the run uses --------------------------------------------------------------
 
@@ -115,6 +121,16 @@ class Ledger:
         if price is not None:
             cost = (input_tokens * price.input + output_tokens * price.output) / 1_000_000
             self.usage.cost_usd = round(self.usage.cost_usd + cost, 6)
+        usage = self.usage
+        self._events.emit(
+            "usage",
+            model=model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            total_input_tokens=usage.input_tokens,
+            total_output_tokens=usage.output_tokens,
+            cost_usd=usage.cost_usd,
+        )
 
     def count(self, usage: ModelUsage | None) -> None:
         """Add what a model call reported it used, if it reported anything."""
@@ -194,7 +210,9 @@ class Ledger:
         if (reason, exhausted) != (self._held, self.exhausted):
             self._held, self.exhausted = reason, exhausted
             if exhausted:
-                self._audit.record("longrun", "paused", "budget exhausted: " + ", ".join(exhausted))
+                detail = "budget exhausted: " + ", ".join(exhausted)
+                self._audit.record("longrun", "paused", detail, event=False)
+                self._events.emit("run.paused", reason="budget", detail=detail)
             self._on_change()
         return False
 
@@ -211,7 +229,8 @@ class Ledger:
         """Hold the run after a model stayed unavailable for the whole retry window, until
         a person resumes it; the caller then asks the model again."""
         if self.model_down is None:
-            self._audit.record("longrun", "paused", f"model unavailable: {error}")
+            self._audit.record("longrun", "paused", f"model unavailable: {error}", event=False)
+            self._events.emit("run.paused", reason="model_unavailable", detail=error)
         self.model_down = error
         self._on_change()
         await workflow.wait_condition(lambda: self.model_down is None)

@@ -11,38 +11,49 @@ from workflows.approvals import Approvals
 from workflows.audit import AuditLog
 from workflows.calls import Calls
 from workflows.common import Clock
+from workflows.events import EventLog
 from workflows.ledger import Ledger
+from workflows.requests import Requests
 from workflows.status import Display, StatusBoard
 from workflows.steps import StepBook
 from workflows.undo import UndoLog
+from workflows.webhooks import Webhooks
 
 with workflow.unsafe.imports_passed_through():
     from longrun.contracts import AuditEntry, RunInput
 
 
 class RunParts:
-    """Audit trail, step book, budget ledger, approvals, undo log, calls and status of one
-    run; each owns its state and its slice of what a hand-over carries."""
+    """Event log, audit trail, step book, budget ledger, approvals, undo log, calls and
+    status of one run; each owns its state and its slice of what a hand-over carries."""
 
     def __init__(self, inp: RunInput, now: Clock, display: Display) -> None:
         self.inp = inp
         started = now()
         submitted = AuditEntry(at=started, actor=inp.owner, action="submitted", detail=inp.goal)
-        self.audit = AuditLog(now, [submitted])
-        self.steps = StepBook(now, self.refresh)
+        self.events = EventLog(now)
+        self.audit = AuditLog(now, [submitted], self.events)
+        self.steps = StepBook(now, self.refresh, self.events)
         self.ledger = Ledger(
             now,
             self.audit,
             self.refresh,
+            events=self.events,
             budget=inp.budget,
             prices=inp.config.prices,
             started=started,
         )
-        self.approvals = Approvals(now, self.audit, self.steps, self.refresh)
+        self.approvals = Approvals(now, self.audit, self.steps, self.refresh, self.events)
         self.undo = UndoLog(self.audit)
+        self.requests = Requests()
         window = timedelta(seconds=inp.config.model_retry_window_s)
         self.calls = Calls(inp.run_id, self.ledger, window)
-        self.status = StatusBoard(inp, self.steps, self.approvals, self.ledger, display)
+        self.webhooks = Webhooks(inp.run_id, inp.config.webhooks)
+        if inp.config.webhooks:
+            self.events.listen(self.webhooks.notify)
+        self.status = StatusBoard(
+            inp, self.steps, self.approvals, self.ledger, self.events, display
+        )
 
     def refresh(self) -> None:
         """Show what changed: status, its search attribute, the Web UI's details."""

@@ -38,6 +38,10 @@ with workflow.unsafe.imports_passed_through():
         BudgetView,
         CancelNote,
         ControlRequest,
+        EventPage,
+        EventsQuery,
+        RequestOutcome,
+        RunFigures,
         RunInput,
         RunResult,
         RunState,
@@ -51,6 +55,9 @@ T = TypeVar("T")
 # A time budget that fails the run fails it while it waits too; runs started before fail
 # only at their next call.
 TIME_BUDGET_PATCH = "time-budget-while-waiting"
+# An ended run keeps its figures in its memo, where task metrics read them; runs started
+# before end without.
+FIGURES_MEMO_PATCH = "figures-memo"
 
 
 # Invalid data met inside the workflow fails the run with its message instead of retrying
@@ -83,26 +90,56 @@ class RunWorkflow:
         tool calls from earlier history segments are not kept)."""
         return self._p.steps.by_id.get(query.step_id)
 
+    @workflow.query(name="events")
+    def events(self, query: EventsQuery) -> EventPage:
+        """The run's events after `query.after`, oldest first (see workflows/events.py)."""
+        return self._p.events.page(query)
+
     @workflow.query(name="audit")
     def audit(self) -> AuditTrail:
         """Every decision about the run, oldest first."""
         audit = self._p.audit
         return AuditTrail(run_id=self._p.inp.run_id, entries=audit.entries, archived=audit.archived)
 
+    # Requests people send (the API gives each an id and reads its outcome back): the
+    # first of competing requests is taken, every other one refused, saying why.
+
+    @workflow.query(name="outcome")
+    def outcome(self, request_id: str) -> RequestOutcome | None:
+        """Whether the run took a request, and if not, why; None if it has not seen it."""
+        return self._p.requests.outcome(request_id)
+
     @workflow.signal(name="pause")
     def pause(self, request: ControlRequest) -> None:
         """Stop before the next model or tool call (the call in flight finishes)."""
-        self._p.ledger.pause(request)
+        ledger = self._p.ledger
+        if request.request_id is None:  # as runs before request ids did
+            ledger.pause(request)
+            return
+        self._p.requests.handle(
+            request.request_id, ledger.pause_refusal(), partial(ledger.pause, request)
+        )
 
     @workflow.signal(name="resume")
     def resume(self, request: ControlRequest) -> None:
-        """Lift a pause a person asked for (a budget pause needs a bigger budget)."""
-        self._p.ledger.resume(request)
+        """Lift a pause a person asked for, or one for an unavailable model (a budget pause
+        needs a bigger budget)."""
+        ledger = self._p.ledger
+        if request.request_id is None:
+            ledger.resume(request)
+            return
+        self._p.requests.handle(
+            request.request_id, ledger.resume_refusal(), partial(ledger.resume, request)
+        )
 
     @workflow.signal(name="set_budget")
     def set_budget(self, change: BudgetChange) -> None:
         """Change limits; a run paused for its budget resumes once nothing is exhausted."""
-        self._p.ledger.set_limits(change.limits, change.actor)
+        take = partial(self._p.ledger.set_limits, change.limits, change.actor)
+        if change.request_id is None:
+            take()
+            return
+        self._p.requests.handle(change.request_id, None, take)
 
     @workflow.signal(name="cancelling")
     def cancelling(self, note: CancelNote) -> None:
@@ -112,16 +149,22 @@ class RunWorkflow:
 
     @workflow.signal(name="decide")
     def decide(self, decision: ApprovalDecision) -> None:
-        """A person's decision on an approval request; the first decision wins (the API
-        uses the `decide_approval` update, which tells the others they lost)."""
-        if not self._p.approvals.decide(decision):
+        """A person's decision on an approval request; the first decision wins, and the
+        others are refused, naming it."""
+        approvals = self._p.approvals
+        if decision.request_id is not None:
+            refusal = approvals.refusal(decision)
+            take = partial(approvals.decide, decision)
+            self._p.requests.handle(decision.request_id, refusal, take)
+        elif not approvals.decide(decision):
             workflow.logger.warning(
                 "ignoring decision on %s: unknown or decided", decision.approval_id
             )
 
-    # Updates: exactly one caller's change is taken, and every other caller learns why
-    # not. A validator and its (synchronous) handler run with nothing in between, so two
-    # decisions on one request cannot both pass.
+    # Updates: what the API used before it sent requests as signals; kept for clients and
+    # runs of earlier versions. An update that reaches a workflow task a dead worker left
+    # to time out can be recorded in an order that does not replay (the SDK's), which is
+    # why the API no longer sends them.
 
     @workflow.update(name="decide_approval")
     def decide_approval(self, decision: ApprovalDecision) -> ApprovalRecord:
@@ -182,6 +225,7 @@ class RunWorkflow:
             await self._end("failed", str(exc), compensate)
             raise ApplicationError(str(exc), type="RunFailed", non_retryable=True) from None
         self._finish("completed", None)
+        await p.webhooks.settle()
         return RunResult(outputs=p.status.result or {})
 
     async def _in_time(self, work: Coroutine[Any, Any, T]) -> T:
@@ -221,19 +265,48 @@ class RunWorkflow:
                 self._p.status.result = outcome.model_dump()
         finally:
             self._finish(status, error)
+        await self._p.webhooks.settle()
 
     def _finish(self, status: RunStatusName, error: str | None) -> None:
         p = self._p
         p.status.status = status
         p.status.error = error
         p.ledger.end_pause()
-        p.audit.record("longrun", status, error)
+        p.audit.record("longrun", status, error, event=False)
+        p.events.emit("run.ended", status=status, error=error)
+        _count_end(status, p.events.figures, p.ledger.usage.cost_usd, p.ledger.elapsed_s())
+        if workflow.patched(FIGURES_MEMO_PATCH):
+            # Where task metrics read an ended run's figures without replaying it.
+            workflow.upsert_memo(
+                {
+                    "outcome": status,
+                    "figures": p.events.figures.model_dump(),
+                    "cost_usd": p.ledger.usage.cost_usd,
+                    "duration_s": round(p.ledger.elapsed_s(), 3),
+                }
+            )
         p.approvals.close()
         if self._agent is not None:
             self._agent.state.close(failed=status == "failed")
         p.steps.cancel_open()
         p.status.publish()
         p.refresh()
+
+
+def _count_end(status: str, figures: RunFigures, cost_usd: float, duration_s: float) -> None:
+    """Record a run's end in the worker's metrics (Prometheus at LONGRUN_METRICS_ADDRESS);
+    the SDK's meter records nothing while a run replays."""
+    meter = workflow.metric_meter().with_additional_attributes({"outcome": status})
+    meter.create_counter("longrun_runs_ended", "runs that ended, by outcome").add(1)
+    if figures.met_failure():
+        meter.create_counter(
+            "longrun_runs_met_failure", "ended runs that met a failure, by outcome"
+        ).add(1)
+    meter.create_counter("longrun_interventions", "times a person stepped in").add(
+        figures.interventions()
+    )
+    meter.create_histogram_float("longrun_run_duration", "run duration", "s").record(duration_s)
+    meter.create_histogram_float("longrun_run_cost", "run cost", "usd").record(cost_usd)
 
 
 def _refuse(refusal: tuple[str, str] | None) -> None:

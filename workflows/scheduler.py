@@ -10,6 +10,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
+from workflows.approvals import TIMEOUT_ACTOR
 from workflows.common import (
     StepFailed,
     failure_of,
@@ -142,13 +143,22 @@ class PlanScheduler:
                 binding = secret_approval(p.inp.config.policy, step.tool, resolved)
         if step.approval is not None or step.requires_approval or binding:
             summary = (
-                resolved.get("message") or f"{step.kind} step '{step.id}': {preview(resolved)}"
+                resolved.get("message")
+                or f"{step.tool or step.kind} step '{step.id}': {preview(resolved)}"
             )
             if binding:
                 summary += f" ({binding})"
+            config = p.inp.config
+            on_timeout = step.on_timeout or config.on_timeout
             record = await p.approvals.decision(
-                p.approvals.ask(step.id, summary, arguments=resolved)
+                p.approvals.ask(step.id, summary, arguments=resolved),
+                step.approval_timeout_s or config.approval_timeout_s,
+                on_timeout,
             )
+            if record.decided_by == TIMEOUT_ACTOR and on_timeout == "skip":
+                return None
+            if record.decided_by == TIMEOUT_ACTOR and on_timeout == "fail":
+                raise StepFailed(f"approval '{record.approval_id}': {record.comment}")
             if record.decision == "reject":
                 if step.on_reject == "skip":
                     return None

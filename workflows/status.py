@@ -9,6 +9,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 
 from workflows.approvals import Approvals
+from workflows.events import EventLog
 from workflows.ledger import Ledger
 from workflows.steps import (
     AGENT_STEPS_KEPT,
@@ -77,9 +78,11 @@ class StatusBoard:
         steps: StepBook,
         approvals: Approvals,
         ledger: Ledger,
+        events: EventLog,
         display: Display,
     ) -> None:
         self._inp = inp
+        self._events = events
         self._steps = steps
         self._approvals = approvals
         self._ledger = ledger
@@ -118,6 +121,7 @@ class StatusBoard:
             pause_reason=self._ledger.pause_reason,
             pause_detail=self._ledger.model_down,
             exhausted=self._ledger.exhausted,
+            figures=self._events.figures,
         )
         if self.agent is not None:
             self.agent.describe(state)

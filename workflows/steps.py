@@ -10,23 +10,31 @@ from typing import Any
 from temporalio import workflow
 
 from workflows.common import Clock
+from workflows.events import EventLog
 
 with workflow.unsafe.imports_passed_through():
-    from longrun.contracts import StepKind, StepState, StepStatusName
+    from longrun.contracts import EventType, StepKind, StepState, StepStatusName
 
 PREVIEW_CHARS = 200
 LISTED_OUTPUT_CHARS = 2000  # of one step's output in status; the `step` query has it all
 AGENT_STEPS_KEPT = 100  # an agent's latest tool calls, listed and carried across continue-as-new
 DONE = ("completed", "skipped")
 OPEN = ("pending", "running", "waiting_approval")
+_ENDED: dict[str, EventType] = {
+    "completed": "step.completed",
+    "failed": "step.failed",
+    "skipped": "step.skipped",
+    "cancelled": "step.cancelled",
+}
 
 
 class StepBook:
     """Step records, kept so that what status asks costs O(what is in flight)."""
 
-    def __init__(self, now: Clock, on_change: Callable[[], None]) -> None:
+    def __init__(self, now: Clock, on_change: Callable[[], None], events: EventLog) -> None:
         self._now = now
         self._on_change = on_change
+        self._events = events
         self.by_id: dict[str, StepState] = {}  # every step, in the order it was added
         self.active: dict[str, None] = {}  # running steps, in start order
         self.done = 0
@@ -48,6 +56,7 @@ class StepBook:
         state.status = "running"
         state.started_at = self._now()
         self.active[state.id] = None
+        self._events.emit("step.started", state.id, kind=state.kind)
         self._on_change()
 
     def settle(
@@ -66,6 +75,7 @@ class StepBook:
         self.active.pop(state.id, None)
         if status in DONE:
             self.done += 1
+        self._ended(state)
         self._on_change()
 
     def cancel_pending(self, reason: str) -> None:
@@ -74,12 +84,19 @@ class StepBook:
             if state.status == "pending":
                 state.status = "cancelled"
                 state.error = f"not started: {reason[:200]}"
+                self._ended(state)
 
     def cancel_open(self) -> None:
         """Steps not yet ended are cancelled: the run has ended."""
         for state in self.by_id.values():
             if state.status in OPEN:
                 state.status = "cancelled"
+                self._ended(state)
+
+    def _ended(self, state: StepState) -> None:
+        event = _ENDED.get(state.status)
+        if event is not None:
+            self._events.emit(event, state.id, error=state.error, attempts=state.attempts)
 
     def recent(self, kept: int | None) -> tuple[list[StepState], int]:
         """The latest `kept` steps (all when None) and how many are left out."""

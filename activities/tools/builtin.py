@@ -23,6 +23,7 @@ from activities.errors import fatal, retry_after_seconds, transient
 from activities.tools.registry import ToolContext, tool
 from activities.tools.workspace import check_relative, confine
 from longrun.contracts import SideEffect
+from longrun.settings import Settings
 
 OUTPUT_CAP_BYTES = 64 * 1024
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -108,6 +109,22 @@ def _tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def destination_refusal(settings: Settings, url: httpx.URL) -> str | None:
+    """Why a run may not send a request to `url` (a host off the allow-list, or one of
+    longrun's own services), or None."""
+    host = (url.host or "").lower()
+    port = url.port or (443 if url.scheme == "https" else 80)
+    # An entry is a host (any port) or host:port ([v6]:port for IPv6 addresses).
+    pair = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    allowed = settings.http_allow_hosts
+    if host not in allowed and pair not in allowed:
+        return f"'{pair}' is not allowed; allowed: {', '.join(allowed)} (LONGRUN_HTTP_ALLOW_HOSTS)"
+    own = settings.own_services().get(pair)
+    if own is not None:
+        return f"'{pair}' is {own}, one of longrun's own services, which runs never call"
+    return None
+
+
 def _http_effect(args: HttpRequestArgs) -> SideEffect:
     return SideEffect.READ_ONLY if args.method in SAFE_METHODS else SideEffect.IRREVERSIBLE
 
@@ -116,18 +133,9 @@ def _http_effect(args: HttpRequestArgs) -> SideEffect:
 async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any]:
     """Send one HTTP request to an allowed host; the response body is capped."""
     url = httpx.URL(args.url)
-    host = (url.host or "").lower()
-    port = url.port or (443 if url.scheme == "https" else 80)
-    # An entry is a host (any port) or host:port ([v6]:port for IPv6 addresses).
-    pair = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    allowed = ctx.settings.http_allow_hosts
-    if host not in allowed and pair not in allowed:
-        raise fatal(
-            f"'{pair}' is not allowed; allowed: {', '.join(allowed)} (LONGRUN_HTTP_ALLOW_HOSTS)"
-        )
-    own = ctx.settings.own_services().get(pair)
-    if own is not None:
-        raise fatal(f"'{pair}' is {own}, one of longrun's own services, which runs never call")
+    refusal = destination_refusal(ctx.settings, url)
+    if refusal is not None:
+        raise fatal(refusal)
     headers = {
         "Idempotency-Key": ctx.idempotency_key,
         **{name: reveal(ctx, value) for name, value in args.headers.items()},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import uuid
@@ -10,6 +11,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Annotated, Any
 
+import httpx
 from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.exceptions import RequestValidationError
 from pydantic import StringConstraints
@@ -19,8 +21,6 @@ from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import (
     SearchAttributePair,
@@ -28,10 +28,11 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
+from activities.tools.builtin import destination_refusal
 from api.archive import archived_entries
 from api.attempts import show_retries
 from api.auth import Approver, Operator, Principal, Reader, Submitter
@@ -62,6 +63,7 @@ from longrun.contracts import (
     CancelNote,
     ControlRequest,
     Limits,
+    RequestOutcome,
     RoleModels,
     RunConfig,
     RunInput,
@@ -96,6 +98,9 @@ IDEMPOTENCY_NAMESPACE = uuid.UUID("6c0f8a3e-4a51-4d0c-9a8e-2f1b7f3d5e11")
 # Longer than a worker's sticky-queue timeout (10 s), so the first query after a worker dies
 # is answered by another worker instead of timing out.
 QUERY_TIMEOUT = timedelta(seconds=20)
+# How long a request to a run (a decision, a pause...) may take to be taken or refused.
+REQUEST_WAIT_S = 20.0
+REQUEST_POLL_S = 0.05
 WORKFLOW_TYPE = "longrun.Run"
 
 # Visibility filters for each run status. Final states come from Temporal's own status, so a
@@ -110,7 +115,7 @@ STATUS_FILTERS: dict[str, str] = {
 }
 
 
-def _links(settings: Settings, run_id: str) -> Links:
+def run_links(settings: Settings, run_id: str) -> Links:
     ui = settings.temporal_ui_url.rstrip("/")
     return Links(
         self=f"/v1/runs/{run_id}",
@@ -118,7 +123,8 @@ def _links(settings: Settings, run_id: str) -> Links:
     )
 
 
-def _run_status(status: WorkflowExecutionStatus | None, live: str | None) -> RunStatusName:
+def run_status(status: WorkflowExecutionStatus | None, live: str | None) -> RunStatusName:
+    """A run's status from Temporal's and, while it lives, its status search attribute."""
     if status == WorkflowExecutionStatus.COMPLETED:
         return "completed"
     if status == WorkflowExecutionStatus.CANCELED:
@@ -155,7 +161,7 @@ async def describe_run(
 
 
 def _status_of(desc: WorkflowExecutionDescription) -> RunStatusName:
-    return _run_status(desc.status, desc.typed_search_attributes.get(STATUS_ATTRIBUTE))
+    return run_status(desc.status, desc.typed_search_attributes.get(STATUS_ATTRIBUTE))
 
 
 async def _query(handle: WorkflowHandle[Any, Any], query: Any, *args: Any) -> Any:
@@ -170,7 +176,8 @@ async def _query(handle: WorkflowHandle[Any, Any], query: Any, *args: Any) -> An
         raise
 
 
-async def _query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
+async def query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
+    """The run's `status` query as the API answers it (links left for the caller)."""
     state = await _query(handle, RunWorkflow.status)
     return RunDetail.model_validate(
         {**state.model_dump(), "links": {"self": "", "temporal_ui": ""}}
@@ -184,12 +191,17 @@ def _invalid(errors: list[PlanError]) -> RequestValidationError:
     )
 
 
-def _fail_validation(loc: tuple[str | int, ...], msg: str) -> RequestValidationError:
+def fail_validation(loc: tuple[str | int, ...], msg: str) -> RequestValidationError:
+    """A 422 about one field, shaped as FastAPI's own."""
     return _invalid([PlanError(loc=loc, msg=msg)])
 
 
 def _fingerprint(body: RunRequest) -> str:
     return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+
+
+def _request_id() -> str:
+    return f"req-{uuid.uuid4().hex}"
 
 
 def _secrets_named(body: RunRequest) -> list[str]:
@@ -199,6 +211,27 @@ def _secrets_named(body: RunRequest) -> list[str]:
     return secrets.named(args)
 
 
+def _webhook_problems(body: RunRequest, settings: Settings) -> list[PlanError]:
+    """Why the run's webhooks cannot be delivered: a URL runs may not reach, or no secret
+    to sign with."""
+    errors = []
+    for i, url in enumerate(body.webhooks or []):
+        try:
+            refusal = destination_refusal(settings, httpx.URL(url))
+        except httpx.InvalidURL as exc:
+            refusal = f"not a URL: {exc}"
+        if refusal is not None:
+            errors.append(PlanError(loc=("body", "webhooks", i), msg=refusal))
+    if body.webhooks and settings.webhook_secret is None:
+        errors.append(
+            PlanError(
+                loc=("body", "webhooks"),
+                msg="this server has no LONGRUN_WEBHOOK_SECRET to sign webhooks with",
+            )
+        )
+    return errors
+
+
 def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput:
     """The workflow input for a request, or 422 with every problem found."""
     errors = validate_agent(body, REGISTRY, policy)
@@ -206,6 +239,7 @@ def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput
         errors = validate_plan(body.plan, REGISTRY, policy) + errors
     if body.budget is not None:
         errors += check_limits(body.budget, settings.budget_ceilings, ("body", "budget"))
+    errors += _webhook_problems(body, settings)
     if errors:
         raise _invalid(errors)
     model = body.model or settings.model
@@ -216,6 +250,9 @@ def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput
         continue_as_new_every=settings.continue_as_new_every,
         prompt_token_budget=settings.prompt_token_budget,
         model_retry_window_s=settings.model_retry_window_s,
+        webhooks=list(dict.fromkeys([*settings.webhooks, *(body.webhooks or [])])),
+        approval_timeout_s=settings.approval_timeout_s,
+        on_timeout=settings.approval_on_timeout,
     )
     budget = effective_budget(body.budget, settings.budget_defaults, settings.budget_ceilings)
     common = {
@@ -310,7 +347,7 @@ async def create_run(
                 409, "this Idempotency-Key was already used for a different request"
             ) from None
         status = _status_of(desc)
-    return RunCreated(run_id=run_id, status=status, links=_links(settings, run_id))
+    return RunCreated(run_id=run_id, status=status, links=run_links(settings, run_id))
 
 
 @router.get("")
@@ -338,7 +375,7 @@ async def list_runs(
     if page_token:
         token = unwrap_token(query, page_token)
         if token is None:
-            raise _fail_validation(
+            raise fail_validation(
                 ("query", "page_token"), "not a page token of this listing (same filters)"
             )
     listing = client.list_workflows(query, page_size=page_size, next_page_token=token)
@@ -347,7 +384,7 @@ async def list_runs(
     except RPCError as exc:
         refused = (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.INTERNAL, RPCStatusCode.UNKNOWN)
         if token is not None and exc.status in refused:
-            raise _fail_validation(("query", "page_token"), "not a valid page token") from None
+            raise fail_validation(("query", "page_token"), "not a valid page token") from None
         raise
     runs = []
     for wf in listing.current_page or []:
@@ -355,11 +392,11 @@ async def list_runs(
             RunSummary(
                 run_id=wf.id,
                 goal=await wf.memo_value("goal", ""),
-                status=_run_status(wf.status, wf.typed_search_attributes.get(STATUS_ATTRIBUTE)),
+                status=run_status(wf.status, wf.typed_search_attributes.get(STATUS_ATTRIBUTE)),
                 labels=await wf.memo_value("labels", {}),
                 started_at=wf.start_time,
                 closed_at=wf.close_time,
-                links=_links(settings, wf.id),
+                links=run_links(settings, wf.id),
             )
         )
     next_token = listing.next_page_token
@@ -375,8 +412,8 @@ async def get_run(
 ) -> RunDetail:
     """A run's status, steps, approvals, usage and result (from a workflow query)."""
     handle, desc = await describe_run(client, run_id)
-    detail = await _query_state(handle)
-    detail.links = _links(settings, run_id)
+    detail = await query_state(handle)
+    detail.links = run_links(settings, run_id)
     final = _status_of(desc)
     if final in FINAL_RUN_STATUSES and detail.status != final:
         # Ended from outside the workflow (terminated, timed out): Temporal has the last word.
@@ -408,17 +445,21 @@ async def decide_approval(
     if four_eyes and await desc.memo_value("owner", None) == caller.name:
         raise HTTPException(403, "four-eyes rule: approve steps of runs you did not start")
     decision = ApprovalDecision(
-        approval_id=approval_id, decision=body.decision, comment=body.comment, actor=caller.name
+        approval_id=approval_id,
+        decision=body.decision,
+        comment=body.comment,
+        actor=caller.name,
+        request_id=_request_id(),
     )
     ended = partial(_ended_decision, handle, run_id, approval_id)
-    await _update(handle, run_id, RunWorkflow.decide_approval, decision, ended=ended)
+    await _ask(handle, run_id, RunWorkflow.decide, decision, ended=ended)
     return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' taken")
 
 
 async def _ended_decision(handle: WorkflowHandle[Any, Any], run_id: str, approval_id: str) -> None:
     """Refuse a decision on an ended run: 404 for an approval it never asked for, else
     409 naming the decision taken, if one was."""
-    state = await _query_state(handle)
+    state = await query_state(handle)
     record = next((a for a in state.approvals if a.approval_id == approval_id), None)
     decided = ""
     if approval_id in state.approvals_archived:
@@ -431,36 +472,48 @@ async def _ended_decision(handle: WorkflowHandle[Any, Any], run_id: str, approva
     raise HTTPException(409, f"{decided}run '{run_id}' has already ended")
 
 
-async def _update(
+async def _ask(
     handle: WorkflowHandle[Any, Any],
     run_id: str,
-    update: Any,
-    arg: Any,
+    signal: Any,
+    request: Any,
     *,
     ended: Callable[[], Awaitable[None]] | None = None,
-) -> Any:
-    """Ask a run to change through a workflow update; its refusal is 404 (no such
-    approval) or 409, a run that ended meanwhile 409 (or what `ended` raises), no worker
-    answering 503."""
+) -> None:
+    """Send a run a request (a signal carrying `request.request_id`) and wait until the run
+    took or refused it: its refusal is 404 (no such approval) or 409, a run that ended
+    before it 409 (or what `ended` raises), no worker taking it in time 503."""
     try:
-        return await handle.execute_update(update, arg, rpc_timeout=QUERY_TIMEOUT)
-    except WorkflowUpdateFailedError as exc:
-        cause = exc.cause
-        if isinstance(cause, ApplicationError):
-            code = 404 if cause.type == "UnknownApproval" else 409
-            raise HTTPException(code, cause.message) from None
-        # Not refused by the run but ended otherwise (the run closed under it, say).
-        raise HTTPException(409, f"the change was not taken: {cause or exc}") from None
-    except WorkflowUpdateRPCTimeoutOrCancelledError:
-        raise HTTPException(
-            503, "no longrun worker took the change in time; is a worker running?"
-        ) from None
+        await handle.signal(signal, request)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             if ended is not None:
                 await ended()
             raise HTTPException(409, f"run '{run_id}' has already ended") from None
         raise
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + REQUEST_WAIT_S
+    while True:
+        try:
+            outcome: RequestOutcome | None = await handle.query(
+                RunWorkflow.outcome, request.request_id, rpc_timeout=QUERY_TIMEOUT
+            )
+        except RPCError as exc:  # no worker answered (yet): keep waiting until the deadline
+            if exc.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+                raise
+            outcome = None
+        if outcome is not None:
+            if outcome.taken:
+                return
+            code = 404 if outcome.kind == "UnknownApproval" else 409
+            raise HTTPException(code, outcome.message or "refused")
+        if loop.time() > deadline:
+            raise HTTPException(
+                503,
+                "the run has the request but no longrun worker took it in time (is a worker "
+                "running?); it is taken or refused when one does: see the run's status",
+            )
+        await asyncio.sleep(REQUEST_POLL_S)
 
 
 @router.post("/{run_id}/cancel", status_code=202, responses=answers(404, 409))
@@ -500,7 +553,7 @@ async def pause_run(
     run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
     """Pause a run: the call in flight finishes, then it waits for `resume`."""
-    return await _control(client, run_id, caller, body, "pause", RunWorkflow.pause_run)
+    return await _control(client, run_id, caller, body, "pause", RunWorkflow.pause)
 
 
 @router.post("/{run_id}/resume", status_code=202, responses=answers(404, 409))
@@ -508,7 +561,7 @@ async def resume_run(
     run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
     """Resume a run paused on request (a budget pause needs a bigger budget)."""
-    return await _control(client, run_id, caller, body, "resume", RunWorkflow.resume_run)
+    return await _control(client, run_id, caller, body, "resume", RunWorkflow.resume)
 
 
 async def _control(
@@ -517,11 +570,12 @@ async def _control(
     caller: Principal,
     body: ReasonRequest | None,
     action: str,
-    update: Any,
+    signal: Any,
 ) -> Accepted:
     handle = await _live_run(client, run_id, caller, action, others="approver")
     reason = body.reason if body else None
-    await _update(handle, run_id, update, ControlRequest(actor=caller.name, reason=reason))
+    request = ControlRequest(actor=caller.name, reason=reason, request_id=_request_id())
+    await _ask(handle, run_id, signal, request)
     return Accepted(run_id=run_id, detail=f"{action} taken")
 
 
@@ -534,9 +588,8 @@ async def change_budget(
     if errors:
         raise _invalid(errors)
     handle = await _live_run(client, run_id, caller, "change the budget of", others="approver")
-    await _update(
-        handle, run_id, RunWorkflow.change_budget, BudgetChange(limits=body, actor=caller.name)
-    )
+    change = BudgetChange(limits=body, actor=caller.name, request_id=_request_id())
+    await _ask(handle, run_id, RunWorkflow.set_budget, change)
     return Accepted(run_id=run_id, detail="budget change taken")
 
 

@@ -44,6 +44,7 @@ from longrun.contracts.budget import (
     LimitUse,
     PendingApproval,
     Price,
+    RequestOutcome,
     Usage,
 )
 from longrun.contracts.common import (
@@ -63,6 +64,14 @@ from longrun.contracts.common import (
     StepId,
     StepKind,
     StepStatusName,
+)
+from longrun.contracts.events import (
+    EventPage,
+    EventsQuery,
+    EventType,
+    RunEvent,
+    RunFigures,
+    WebhookDelivery,
 )
 from longrun.contracts.model import (
     ActRequest,
@@ -88,6 +97,7 @@ from longrun.contracts.plans import (
     Expect,
     JudgeCheck,
     ModelSpec,
+    OnTimeout,
     Plan,
     RetrySpec,
     RoleModels,
@@ -149,6 +159,9 @@ __all__ = [
     "Criterion",
     "CriterionState",
     "Decision",
+    "EventPage",
+    "EventType",
+    "EventsQuery",
     "Expect",
     "JudgeCheck",
     "KeepRequest",
@@ -162,6 +175,7 @@ __all__ = [
     "ModelUsage",
     "Note",
     "NoteWrite",
+    "OnTimeout",
     "PendingApproval",
     "Phase",
     "Plan",
@@ -171,10 +185,13 @@ __all__ = [
     "Price",
     "Recall",
     "RecallRequest",
+    "RequestOutcome",
     "RetrySpec",
     "RoleModels",
     "RunCarry",
     "RunConfig",
+    "RunEvent",
+    "RunFigures",
     "RunInput",
     "RunRequest",
     "RunResult",
@@ -194,4 +211,5 @@ __all__ = [
     "Usage",
     "Verdict",
     "WaitSpec",
+    "WebhookDelivery",
 ]

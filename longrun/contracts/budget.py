@@ -6,9 +6,9 @@ audit records a run keeps.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 
 from longrun.contracts.common import ApprovalKind, Decision, _Strict
 
@@ -111,11 +111,15 @@ class AuditTrail(BaseModel):
     )
 
 
+RequestId = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+
+
 class ControlRequest(_Strict):
-    """Signal payload of pause, resume and the note taken before a cancel."""
+    """Signal payload of pause and resume."""
 
     actor: str
     reason: str | None = Field(None, max_length=2000)
+    request_id: RequestId | None = None  # the run keeps whether it took it (see RequestOutcome)
 
 
 class CancelNote(_Strict):
@@ -130,6 +134,7 @@ class BudgetChange(_Strict):
 
     limits: Limits
     actor: str
+    request_id: RequestId | None = None
 
 
 class ApprovalDecision(_Strict):
@@ -139,3 +144,14 @@ class ApprovalDecision(_Strict):
     decision: Decision
     comment: str | None = Field(None, max_length=4000)
     actor: str = "anonymous"
+    request_id: RequestId | None = None
+
+
+class RequestOutcome(BaseModel):
+    """Whether a run took a request a person sent it (a decision, a pause, a resume, a budget
+    change), and if not, why: what the API tells its caller."""
+
+    request_id: str
+    taken: bool
+    kind: str | None = None  # why not: UnknownApproval, AlreadyDecided, AlreadyPaused, ...
+    message: str | None = None

@@ -44,6 +44,10 @@ class ApprovalSpec(_Strict):
     message: str = Field(min_length=1, max_length=4000)
 
 
+OnTimeout = Literal["reject", "skip", "fail", "remind"]
+APPROVAL_TIMEOUT_MAX_S = 365 * 24 * 3600
+
+
 class Step(_Strict):
     """One step of a plan: exactly one of `tool`, `model`, `wait` or `approval`."""
 
@@ -58,6 +62,18 @@ class Step(_Strict):
     on_reject: Literal["fail", "skip", "compensate"] = "fail"
     retry: RetrySpec | None = None
     timeout_s: float | None = Field(None, gt=0, le=24 * 3600)
+    approval_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        le=APPROVAL_TIMEOUT_MAX_S,
+        description="how long the step's approval may wait for a person (default: the "
+        "server's LONGRUN_APPROVAL_TIMEOUT_S, or forever)",
+    )
+    on_timeout: OnTimeout | None = Field(
+        None,
+        description="when that time is up: reject (then on_reject applies), skip, fail, or "
+        "remind (webhooks again, and wait as long again); default: the server's",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> Step:

@@ -6,9 +6,9 @@ history segment when it continues as new.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 
 from longrun.contracts.agent import AgentCarry, AgentSpec, CriterionState, PlanItem
 from longrun.contracts.budget import (
@@ -19,6 +19,7 @@ from longrun.contracts.budget import (
     ControlRequest,
     PendingApproval,
     Price,
+    RequestOutcome,
     Usage,
 )
 from longrun.contracts.common import (
@@ -30,8 +31,11 @@ from longrun.contracts.common import (
     StepStatusName,
     _Strict,
 )
-from longrun.contracts.plans import Criterion, Plan, RoleModels
+from longrun.contracts.events import RunEvent, RunFigures
+from longrun.contracts.plans import Criterion, OnTimeout, Plan, RoleModels
 from longrun.policy import Policy
+
+WebhookUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$", max_length=2000)]
 
 
 class RunRequest(_Strict):
@@ -52,6 +56,12 @@ class RunRequest(_Strict):
         # Keys not matching the key pattern are refused; say so in the schema too.
         json_schema_extra={"additionalProperties": False},
     )
+    webhooks: list[WebhookUrl] | None = Field(
+        None,
+        max_length=10,
+        description="URLs that get a signed POST when an approval is requested, the run "
+        "pauses, or it ends (besides the server's LONGRUN_WEBHOOKS)",
+    )
 
 
 class RunConfig(BaseModel):
@@ -68,6 +78,10 @@ class RunConfig(BaseModel):
     model_retry_window_s: float = Field(1800.0, gt=0)
     prices: dict[str, Price] = Field(default_factory=dict)
     policy: Policy = Field(default_factory=Policy)
+    webhooks: list[str] = Field(default_factory=list)
+    # Defaults for steps that set no approval deadline of their own.
+    approval_timeout_s: float | None = None
+    on_timeout: OnTimeout = "remind"
 
 
 class StepState(BaseModel):
@@ -122,6 +136,9 @@ class RunState(BaseModel):
     acceptance: list[CriterionState] = Field(default_factory=list)
     replans: int = 0
     premature_completions: int = 0
+    figures: RunFigures = Field(
+        default_factory=RunFigures, description="what the run met and who stepped in"
+    )
 
 
 class StepQuery(BaseModel):
@@ -166,6 +183,12 @@ class RunCarry(BaseModel):
     # Earlier audit entries and decided approvals, stored when the carry grew too big.
     archived: list[str] = Field(default_factory=list)
     approvals_archived: list[str] = Field(default_factory=list)  # their ids
+    # The event log: the latest events, the next id, artifacts holding the earlier ones.
+    events: list[RunEvent] = Field(default_factory=list)
+    next_event_id: int = 1
+    events_archived: list[str] = Field(default_factory=list)
+    figures: RunFigures = Field(default_factory=RunFigures)
+    outcomes: list[RequestOutcome] = Field(default_factory=list)  # of the latest requests
 
 
 class RunInput(BaseModel):

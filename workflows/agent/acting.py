@@ -119,6 +119,7 @@ class Actor:
                     if not failures:
                         return True
                     state.premature_completions += 1
+                    self._parts.events.emit("acceptance.failed", item.id, failures=failures)
                     state.enter("acting")
                     reply = f"Not finished: these acceptance criteria fail:\n{failures}"
                 else:
@@ -178,7 +179,8 @@ class Actor:
                 + (f" ({why})" if why else ""),
                 arguments={"tool": call.name, "args": args},
             )
-            record = await p.approvals.decision(ask)
+            config = p.inp.config
+            record = await p.approvals.decision(ask, config.approval_timeout_s, config.on_timeout)
             if record.decision == "reject":
                 p.steps.settle(state, "skipped", error=f"rejected by {record.decided_by}")
                 comment = f": {record.comment}" if record.comment else ""

@@ -43,7 +43,9 @@ class AgentLoop:
         self._parts = parts
         self._handover = handover
         self._spec = spec
-        self.state = AgentState(spec, parts.refresh)
+        self.state = AgentState(
+            spec, parts.refresh, lambda phase: parts.events.emit("phase", phase=phase)
+        )
         carried = parts.inp.carry.agent if parts.inp.carry is not None else None
         self._resumed = carried is not None
         if carried is not None:
@@ -73,6 +75,7 @@ class AgentLoop:
                 if not failures:
                     return s.result()
                 s.premature_completions += 1
+                self._parts.events.emit("acceptance.failed", failures=failures)
                 s.plan.append(
                     PlanItem(
                         id=f"fix-{s.premature_completions}",
@@ -90,6 +93,9 @@ class AgentLoop:
                 return s.result()
             verdict = await self._checker.verify_step(item)
             item.verification = verdict.evidence[:2000]
+            self._parts.events.emit(
+                "step.verified", item.id, passed=verdict.passed, evidence=verdict.evidence
+            )
             if verdict.passed:
                 item.status = "completed"
                 s.notes.append(f"{item.id}: {item.summary}")
@@ -184,7 +190,11 @@ class AgentLoop:
             error = attempt.error or briefs.duplicate_ids(attempt.plan)
             if error is None and attempt.plan is not None:
                 ids = ", ".join(s.id for s in attempt.plan.steps)
-                self._parts.audit.record("planner", "plan" if context is None else "replan", ids)
+                replan = context is not None
+                self._parts.audit.record(
+                    "planner", "replan" if replan else "plan", ids, event=False
+                )
+                self._parts.events.emit("plan.made", replan=replan, steps=ids)
                 return [
                     PlanItem(id=s.id, intent=s.intent, expected_evidence=s.expected_evidence)
                     for s in attempt.plan.steps

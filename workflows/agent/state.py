@@ -30,8 +30,14 @@ OBSERVATIONS_KEPT = 8
 class AgentState:
     """The agent loop's state; no Temporal calls, so it is plain to test."""
 
-    def __init__(self, spec: AgentSpec, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        spec: AgentSpec,
+        on_change: Callable[[], None],
+        on_phase: Callable[[Phase], None] | None = None,
+    ) -> None:
         self._on_change = on_change
+        self._on_phase = on_phase
         self.plan: list[PlanItem] = []
         self.phase: Phase = "planning"
         self.acceptance = [
@@ -100,6 +106,8 @@ class AgentState:
 
     def enter(self, phase: Phase) -> None:
         """Move to another phase of the loop."""
+        if phase != self.phase and self._on_phase is not None:
+            self._on_phase(phase)
         self.phase = phase
         self._on_change()
 

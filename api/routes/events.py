@@ -1,0 +1,111 @@
+"""Live events of a run: `GET /v1/runs/{id}/events` as Server-Sent Events.
+
+Each event carries its id (counted from 1 across the whole run), its type as the SSE event
+name, and itself as JSON data. A client that reconnects with `Last-Event-ID` (or
+`?after=`) gets every event after that one, exactly once, whatever hand-overs happened
+meanwhile; once the run has ended and its last event is sent, the stream closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, HTTPException, Query, Request
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.concurrency import run_in_threadpool
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError
+
+from api.auth import Reader
+from api.deps import TemporalClient
+from api.feed import POLL_S, EventFeed
+from api.routes.runs import describe_run
+from api.schemas import answers
+from longrun.contracts import RunEvent
+
+log = logging.getLogger("longrun.api")
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=answers(401, 403, 503))
+
+PING_S = 15
+# While a run says nothing, ask every this many polls whether it was closed from outside
+# (terminated, timed out), which its own log cannot say.
+CLOSED_CHECK_POLLS = 20
+RETRY_MAX_S = 10.0
+
+
+@router.get(
+    "/{run_id}/events",
+    responses={
+        **answers(404),
+        200: {
+            "description": "Server-Sent Events: `id`, `event` (the type) and `data` "
+            "(the event as JSON, see RunEvent), until the run has ended",
+            "content": {"text/event-stream": {}},
+        },
+    },
+    response_class=EventSourceResponse,
+)
+async def stream_events(
+    run_id: str,
+    request: Request,
+    client: TemporalClient,
+    caller: Reader,
+    after: Annotated[int | None, Query(ge=0, description="resume after this event id")] = None,
+    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+) -> EventSourceResponse:
+    """The run's events as they happen, from the first (or after `Last-Event-ID` /
+    `after`); the stream closes after the run's last event."""
+    handle, _ = await describe_run(client, run_id)
+    start = after or 0
+    if last_event_id is not None:
+        if not last_event_id.isdigit():
+            raise HTTPException(422, "Last-Event-ID must be an event id (a whole number)")
+        start = int(last_event_id)
+    feed: EventFeed = request.app.state.events
+    return EventSourceResponse(_stream(feed, handle, start), ping=PING_S)
+
+
+async def _stream(
+    feed: EventFeed, handle: WorkflowHandle[Any, Any], after: int
+) -> AsyncIterator[ServerSentEvent]:
+    idle = 0
+    backoff = POLL_S
+    while True:
+        try:
+            page = await feed.page(handle, after)
+        except RPCError as exc:  # Temporal or the workers are away: keep the stream, wait
+            log.warning("events of %s: %s; trying again in %g s", handle.id, exc.message, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, RETRY_MAX_S)
+            continue
+        backoff = POLL_S
+        events = page.events
+        if after + 1 < page.first_kept and page.archived:
+            earlier = await run_in_threadpool(feed.archived, handle.id, page.archived, after)
+            events = [e for e in earlier if e.id < page.first_kept] + events
+        for event in events:
+            yield _sse(event)
+            after = event.id
+        if page.ended and after >= page.last:
+            return
+        if events and after < page.last:
+            continue  # more to read at once
+        idle = 0 if events else idle + 1
+        if idle >= CLOSED_CHECK_POLLS:
+            idle = 0
+            if await _closed(handle):
+                return
+        await asyncio.sleep(POLL_S)
+
+
+async def _closed(handle: WorkflowHandle[Any, Any]) -> bool:
+    desc = await handle.describe()
+    return desc.status not in (None, WorkflowExecutionStatus.RUNNING)
+
+
+def _sse(event: RunEvent) -> ServerSentEvent:
+    return ServerSentEvent(data=event.model_dump_json(), event=event.type, id=str(event.id))
