@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from api.allow import AllowEveryMethod
@@ -29,6 +30,14 @@ async def _temporal_error(request: Request, exc: Exception) -> JSONResponse:
     message = exc.message if isinstance(exc, RPCError) else str(exc)
     log.warning("Temporal call failed on %s %s: %s", request.method, request.url.path, message)
     return JSONResponse({"detail": f"Temporal did not answer: {message}"}, status_code=503)
+
+
+async def _query_failed(request: Request, exc: Exception) -> JSONResponse:
+    """A query the run's worker could not answer (a run that cannot be replayed, say):
+    503 with the worker's reason, never a stack trace."""
+    log.warning("a run's query failed on %s %s: %s", request.method, request.url.path, exc)
+    detail = f"the run's worker could not answer: {str(exc)[:500]}"
+    return JSONResponse({"detail": detail}, status_code=503)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -69,6 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyGuard, limit=settings.max_request_bytes)
     app.add_middleware(AllowEveryMethod)
     app.add_exception_handler(RPCError, _temporal_error)
+    app.add_exception_handler(WorkflowQueryFailedError, _query_failed)
     return app
 
 

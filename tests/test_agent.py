@@ -336,3 +336,31 @@ async def test_a_note_written_early_is_recalled_where_it_matters(
     )
     assert "Notes from the journal" in use_brief
     assert fact in use_brief
+
+
+async def test_verification_outlasts_a_model_outage_as_model_calls_do(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    # The judge answers 503 eight times running: more than a check's five attempts of old.
+    goal = "agent-judge-outage: write primes.py"
+    standin.scenario(
+        [
+            {
+                "match": "agent-judge-outage",
+                "role": "judge",
+                "status": 503,
+                "retry_after": 0.1,
+                "times": 8,
+            },
+            {"match": "agent-judge-outage", "role": "plan", "json": plan(("write", "write it"))},
+            act("agent-judge-outage", ("write_file", {"path": "primes.py", "content": PRIMES})),
+            act("agent-judge-outage", reply="wrote primes.py"),
+        ]
+    )
+    run_id = await start(
+        api, goal=goal, acceptance=PRIMES_ACCEPTANCE, tools=["read_file", "write_file"]
+    )
+    run = await wait_run(run_id, timeout_s=120)
+    assert run["status"] == "completed", run["error"]
+    judged = standin.calls("agent-judge-outage", role="judge")
+    assert len(judged) >= 9  # eight refused, then answered

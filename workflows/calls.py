@@ -43,6 +43,9 @@ ACTIVITY_IDS_PATCH = "activity-ids"
 # started before let it go on its own.
 TOOL_CANCEL_PATCH = "tool-cancel-waits"
 ACTIVITY_ID_CHARS = 200
+# Verification (step checks, acceptance) retries for the model's window too, and pauses
+# the run when it runs out; runs started before gave up after five attempts.
+VERIFY_WINDOW_PATCH = "verify-retry-window"
 # A call's arguments (or a model step's prompt) beyond this are stored whole and travel
 # as references, which the activity reads back; runs started before sent them whole.
 CALL_MAX_BYTES = 256 * 1024
@@ -143,6 +146,9 @@ class Calls:
         """Run a model, check or memory activity with the default retries (after the
         checkpoint where it uses the budget)."""
         if limit is MODEL_TIMEOUT:
+            return await self._model(method, arg, limit=limit, retry=None, summary=summary)
+        if limit is VERIFY_TIMEOUT and workflow.patched(VERIFY_WINDOW_PATCH):
+            # Checks ask the judge model: they outlast a model outage as model calls do.
             return await self._model(method, arg, limit=limit, retry=None, summary=summary)
         # Checks may run tools, which heartbeat often; memory calls are quick.
         return await workflow.execute_activity_method(

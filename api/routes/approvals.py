@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, Field
+from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from api.auth import Reader
@@ -74,7 +75,7 @@ async def list_approvals(
         async with gate:
             try:
                 state = await query_state(client.get_workflow_handle(run_id))
-            except (HTTPException, RPCError):  # no worker answered for it: counted
+            except (HTTPException, RPCError, WorkflowQueryFailedError):  # no answer: counted
                 return None
         return [
             InboxItem(

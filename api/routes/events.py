@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, HTTPException, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from api.auth import Reader
@@ -77,8 +77,8 @@ async def _stream(
     while True:
         try:
             page = await feed.page(handle, after)
-        except RPCError as exc:  # Temporal or the workers are away: keep the stream, wait
-            log.warning("events of %s: %s; trying again in %g s", handle.id, exc.message, backoff)
+        except (RPCError, WorkflowQueryFailedError) as exc:  # away or failing: keep, wait
+            log.warning("events of %s: %s; trying again in %g s", handle.id, exc, backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, RETRY_MAX_S)
             continue
