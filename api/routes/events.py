@@ -13,7 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, HTTPException, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowQueryFailedError
@@ -22,7 +22,7 @@ from temporalio.service import RPCError
 from api.auth import Reader
 from api.deps import TemporalClient
 from api.feed import POLL_S, EventFeed
-from api.routes.runs import describe_run
+from api.routes.runs import describe_run, fail_validation
 from api.schemas import answers
 from longrun.contracts import RunEvent
 
@@ -63,7 +63,9 @@ async def stream_events(
     start = after or 0
     if last_event_id is not None:
         if not last_event_id.isdigit():
-            raise HTTPException(422, "Last-Event-ID must be an event id (a whole number)")
+            raise fail_validation(
+                ("header", "last-event-id"), "must be an event id (a whole number)"
+            )
         start = int(last_event_id)
     feed: EventFeed = request.app.state.events
     return EventSourceResponse(_stream(feed, handle, start), ping=PING_S)

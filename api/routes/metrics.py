@@ -22,6 +22,9 @@ router = APIRouter(prefix="/v1/metrics", tags=["metrics"], responses=answers(401
 ENDED = "ExecutionStatus IN ('Completed', 'Failed', 'Canceled', 'Terminated', 'TimedOut')"
 MAX_RUNS = 10_000
 DEFAULT_WINDOW = timedelta(days=7)
+# A date, optionally with a time and a zone, as ISO 8601 writes it.
+ISO_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?)?$"
+FIRST_YEAR, LAST_YEAR = 1970, 9999
 
 
 class Spread(BaseModel):
@@ -73,27 +76,32 @@ class Metrics(BaseModel):
 async def task_metrics(
     client: TemporalClient,
     caller: Reader,
-    since: Annotated[datetime | None, Query(description="default: 7 days before `until`")] = None,
-    until: Annotated[datetime | None, Query(description="default: now")] = None,
+    since: Annotated[
+        str | None,
+        Query(pattern=ISO_TIME, description="ISO 8601; default: 7 days before `until`"),
+    ] = None,
+    until: Annotated[
+        str | None, Query(pattern=ISO_TIME, description="ISO 8601; default: now")
+    ] = None,
     label: Annotated[
         list[LabelFilter] | None, Query(max_length=20, description="key:value, e.g. team:ops")
     ] = None,
 ) -> Metrics:
     """Success rate, recovery rate, human interventions, cost, duration and drift of the
     runs that ended in a window (by end time)."""
-    until = _utc(until) if until else datetime.now(UTC)
-    since = _utc(since) if since else until - DEFAULT_WINDOW
-    if since > until:
+    end = _moment("until", until) if until else datetime.now(UTC)
+    start = _moment("since", since) if since else end - DEFAULT_WINDOW
+    if start > end:
         raise fail_validation(("query", "since"), "`since` is after `until`")
     labels = [f"LongrunLabels = '{item}'" for item in label or []]
-    window = f"CloseTime BETWEEN '{_iso(since)}' AND '{_iso(until)}'"
+    window = f"CloseTime BETWEEN '{_iso(start)}' AND '{_iso(end)}'"
     query = " AND ".join([f"WorkflowType = '{WORKFLOW_TYPE}'", ENDED, window, *labels])
     ended = [wf async for wf in client.list_workflows(query, limit=MAX_RUNS + 1)]
     live_query = " AND ".join(
         [f"WorkflowType = '{WORKFLOW_TYPE}'", "ExecutionStatus = 'Running'", *labels]
     )
     live = (await client.count_workflows(live_query)).count
-    return await _measure(ended[:MAX_RUNS], since, until, live, truncated=len(ended) > MAX_RUNS)
+    return await _measure(ended[:MAX_RUNS], start, end, live, truncated=len(ended) > MAX_RUNS)
 
 
 async def _measure(
@@ -168,8 +176,16 @@ def _nearest_rank(ordered: list[float], share: float) -> float:
     return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
-def _utc(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+def _moment(name: str, text: str) -> datetime:
+    """An ISO 8601 time from the query (naive: UTC), within what visibility can compare."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise fail_validation(("query", name), f"not an ISO 8601 time: {exc}") from None
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    if not FIRST_YEAR <= moment.astimezone(UTC).year <= LAST_YEAR:
+        raise fail_validation(("query", name), f"a time between {FIRST_YEAR} and {LAST_YEAR}")
+    return moment
 
 
 def _iso(moment: datetime) -> str:
