@@ -255,8 +255,15 @@ def check_tool_call(
     try:
         spec.args_model.model_validate(args)
     except ValidationError as exc:
+        accepted = ", ".join(spec.args_model.model_fields)
         return [
-            PlanError(loc=(*loc, "args", *err["loc"]), msg=str(err["msg"])) for err in exc.errors()
+            PlanError(
+                loc=(*loc, "args", *err["loc"]),
+                msg=f"{err['msg']} ({tool} takes: {accepted})"
+                if err["type"] in ("extra_forbidden", "missing")
+                else str(err["msg"]),
+            )
+            for err in exc.errors()
         ]
     return []
 

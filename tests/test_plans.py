@@ -8,7 +8,7 @@ import pytest
 
 from activities import REGISTRY
 from longrun.contracts import Plan
-from longrun.plans import ReferenceError_, dependencies, normalize_plan, resolve
+from longrun.plans import ReferenceError_, dependencies, normalize_plan, resolve, validate_plan
 
 OUTPUTS: dict[str, Any] = {"a": {"text": "hi", "items": [{"n": 1}, {"n": 2}], "count": 3}}
 
@@ -70,3 +70,15 @@ def test_references_resolve(template: str, expected: Any) -> None:
 def test_bad_references_fail_with_a_reason(template: str, reason: str) -> None:
     with pytest.raises(ReferenceError_, match=reason):
         resolve(template, OUTPUTS.__getitem__)
+
+
+def test_bad_arguments_are_refused_naming_what_the_tool_takes() -> None:
+    plan = Plan.model_validate(
+        {"steps": [{"id": "w", "tool": "write_file", "args": {"file": "a.txt", "content": "x"}}]}
+    )
+    errors = validate_plan(plan, REGISTRY)
+    messages = {e.loc: e.msg for e in errors}
+    assert (
+        "write_file takes: path, content" in messages[("body", "plan", "steps", 0, "args", "file")]
+    )
+    assert "write_file takes: path" in messages[("body", "plan", "steps", 0, "args", "path")]
