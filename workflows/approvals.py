@@ -51,6 +51,8 @@ class Approvals:
         self._resumable: dict[str, ApprovalRecord] = {}
         # Decided requests an earlier segment stored away (see HandOver), by id.
         self.archived: dict[str, None] = {}
+        # Called with a request's id once it is open (see Requests.defer).
+        self.on_open: Callable[[str], None] | None = None
 
     def restore(self, records: list[ApprovalRecord], archived: list[str]) -> None:
         """Take over an earlier segment's requests (after the steps): a step still waiting
@@ -78,6 +80,8 @@ class Approvals:
         if step_id in self._steps.by_id:
             self._steps.by_id[step_id].status = "waiting_approval"
         self._on_change()
+        if record.decision is None and self.on_open is not None:
+            self.on_open(record.approval_id)  # a decision that came before the request
         return record
 
     def _open(

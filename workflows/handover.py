@@ -45,7 +45,7 @@ class HandOver:
         p.audit.entries = carry.audit
         p.audit.archived = carry.archived
         p.events.restore(carry.events, carry.next_event_id, carry.events_archived, carry.figures)
-        p.requests.restore(carry.outcomes)
+        p.requests.restore(carry.outcomes, carry.deferred_decisions)
         p.undo.restore(carry.completed_calls, carry.compensate_on_cancel)
 
     def due(self, settled: int) -> bool:
@@ -172,6 +172,7 @@ class HandOver:
             events_archived=p.events.archived,
             figures=p.events.figures,
             outcomes=p.requests.listed(),
+            deferred_decisions=p.requests.listed_deferred(),
         )
 
     def _needed_outputs(self, plan: Plan) -> set[str]:

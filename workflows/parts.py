@@ -45,7 +45,8 @@ class RunParts:
         )
         self.approvals = Approvals(now, self.audit, self.steps, self.refresh, self.events)
         self.undo = UndoLog(self.audit)
-        self.requests = Requests()
+        self.requests = Requests(self.approvals.decide)
+        self.approvals.on_open = self.requests.release
         window = timedelta(seconds=inp.config.model_retry_window_s)
         self.calls = Calls(inp.run_id, self.ledger, window)
         self.webhooks = Webhooks(inp.run_id, inp.config.webhooks)

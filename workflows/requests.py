@@ -7,11 +7,12 @@ workflow task that a dead worker had left to time out."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from longrun.contracts import RequestOutcome
+    from longrun.contracts import ApprovalDecision, RequestOutcome
 
 OUTCOMES_KEPT = 100  # the latest requests' outcomes; a hand-over carries them
 
@@ -19,12 +20,37 @@ OUTCOMES_KEPT = 100  # the latest requests' outcomes; a hand-over carries them
 class Requests:
     """Outcomes of the latest requests, by request id."""
 
-    def __init__(self) -> None:
+    def __init__(self, decide: Callable[[ApprovalDecision], object]) -> None:
+        self._decide = decide
         self.outcomes: dict[str, RequestOutcome] = {}
+        # Decisions on an approval the run has not asked for yet, by approval id.
+        self.deferred: dict[str, ApprovalDecision] = {}
 
-    def restore(self, outcomes: list[RequestOutcome]) -> None:
-        """Take over an earlier segment's outcomes."""
+    def restore(self, outcomes: list[RequestOutcome], deferred: list[ApprovalDecision]) -> None:
+        """Take over an earlier segment's outcomes and deferred decisions."""
         self.outcomes = {o.request_id: o for o in outcomes}
+        self.deferred = {d.approval_id: d for d in deferred}
+
+    def defer(self, decision: ApprovalDecision) -> None:
+        """Hold a decision on an approval the run has not asked for yet, and take it the
+        moment the run does (`release`). The API only sends decisions on approvals it has
+        seen, so this happens when a worker died after showing the request but before
+        recording it: the run asks again on another worker, and the decision must be
+        taken after the request then, as it will be in replay, whichever order a workflow
+        task delivers them in."""
+        self.deferred.setdefault(decision.approval_id, decision)
+        while len(self.deferred) > OUTCOMES_KEPT:
+            del self.deferred[next(iter(self.deferred))]
+
+    def release(self, approval_id: str) -> None:
+        """The run asked for `approval_id`: take a decision that came before."""
+        decision = self.deferred.pop(approval_id, None)
+        if decision is not None and decision.request_id is not None:
+            self.handle(decision.request_id, None, partial(self._decide, decision))
+
+    def listed_deferred(self) -> list[ApprovalDecision]:
+        """The deferred decisions a hand-over carries."""
+        return list(self.deferred.values())
 
     def handle(
         self, request_id: str, refusal: tuple[str, str] | None, take: Callable[[], object]

@@ -151,11 +151,13 @@ class RunWorkflow:
     def decide(self, decision: ApprovalDecision) -> None:
         """A person's decision on an approval request; the first decision wins, and the
         others are refused, naming it."""
-        approvals = self._p.approvals
+        approvals, requests = self._p.approvals, self._p.requests
         if decision.request_id is not None:
             refusal = approvals.refusal(decision)
-            take = partial(approvals.decide, decision)
-            self._p.requests.handle(decision.request_id, refusal, take)
+            if refusal is not None and refusal[0] == "UnknownApproval":
+                requests.defer(decision)  # taken once the run asks (see Requests.defer)
+                return
+            requests.handle(decision.request_id, refusal, partial(approvals.decide, decision))
         elif not approvals.decide(decision):
             workflow.logger.warning(
                 "ignoring decision on %s: unknown or decided", decision.approval_id

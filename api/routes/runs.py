@@ -451,6 +451,12 @@ async def decide_approval(
         actor=caller.name,
         request_id=_request_id(),
     )
+    # The run takes a decision on a request it has not asked for (yet) once it does; so an
+    # approval the run never asked for is refused here.
+    state = await query_state(handle)
+    known = {a.approval_id for a in [*state.pending_approvals, *state.approvals]}
+    if approval_id not in known and approval_id not in state.approvals_archived:
+        raise HTTPException(404, f"run '{run_id}' has no approval '{approval_id}'")
     ended = partial(_ended_decision, handle, run_id, approval_id)
     await _ask(handle, run_id, RunWorkflow.decide, decision, ended=ended)
     return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' taken")

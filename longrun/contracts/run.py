@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from longrun.contracts.agent import AgentCarry, AgentSpec, CriterionState, PlanItem
 from longrun.contracts.budget import (
+    ApprovalDecision,
     ApprovalRecord,
     AuditEntry,
     Budget,
@@ -189,6 +190,7 @@ class RunCarry(BaseModel):
     events_archived: list[str] = Field(default_factory=list)
     figures: RunFigures = Field(default_factory=RunFigures)
     outcomes: list[RequestOutcome] = Field(default_factory=list)  # of the latest requests
+    deferred_decisions: list[ApprovalDecision] = Field(default_factory=list)
 
 
 class RunInput(BaseModel):
