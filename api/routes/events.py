@@ -105,7 +105,12 @@ async def _stream(
 
 
 async def _closed(handle: WorkflowHandle[Any, Any]) -> bool:
-    desc = await handle.describe()
+    """Whether Temporal closed the run from outside (terminated, timed out); not known
+    while it does not answer."""
+    try:
+        desc = await handle.describe()
+    except RPCError:
+        return False
     return desc.status not in (None, WorkflowExecutionStatus.RUNNING)
 
 
