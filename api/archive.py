@@ -1,29 +1,33 @@
-"""Audit entries a long run stored away in the artifact store when its hand-over grew too
-big (workflows/handover.py); `GET /v1/runs/{id}/audit` reads them in before the rest."""
+"""Records a long run stored away in the artifact store at a hand-over (workflows/
+handover.py): earlier audit entries, which `GET /v1/runs/{id}/audit` reads in before the
+rest, and earlier events, which `GET /v1/runs/{id}/events` sends before the rest."""
 
 from __future__ import annotations
 
 import json
 import logging
+from typing import Any, Literal
 
 from temporalio.exceptions import ApplicationError
 
 from activities.artifacts import store_for
-from longrun.contracts import AuditEntry
 from longrun.settings import Settings
 
 log = logging.getLogger("longrun.api")
 
 
-def archived_entries(settings: Settings, run_id: str, artifacts: list[str]) -> list[AuditEntry]:
-    """The entries the run's archive artifacts hold, oldest first."""
+def archived(
+    settings: Settings, run_id: str, artifacts: list[str], kind: Literal["audit", "events"]
+) -> list[dict[str, Any]]:
+    """The records of one kind the run's archive artifacts hold, oldest first (blocking:
+    store reads). An artifact pruned with the run's others is skipped, and logged."""
     store = store_for(settings)
-    entries: list[AuditEntry] = []
+    records: list[dict[str, Any]] = []
     for artifact in artifacts:
         try:
             chunk = json.loads(store.get(run_id, artifact))
-        except ApplicationError as exc:  # pruned with the run's other artifacts
-            log.warning("run %s: audit archive %s is gone: %s", run_id, artifact, exc)
+        except ApplicationError as exc:
+            log.warning("run %s: archive %s is gone: %s", run_id, artifact, exc)
             continue
-        entries.extend(AuditEntry.model_validate(e) for e in chunk.get("audit", []))
-    return entries
+        records.extend(chunk.get(kind, []))
+    return records

@@ -4,14 +4,12 @@ however many clients watch it, and the archived events a long run stored away.""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from datetime import timedelta
 
 from temporalio.client import WorkflowHandle
-from temporalio.exceptions import ApplicationError
 
-from activities.artifacts import store_for
+from api.archive import archived
 from longrun.contracts import EventPage, EventsQuery, RunEvent
 from longrun.settings import Settings
 
@@ -53,15 +51,8 @@ class EventFeed:
 
     def archived(self, run_id: str, artifacts: list[str], after: int) -> list[RunEvent]:
         """The archived events after `after`, oldest first (blocking: store reads)."""
-        store = store_for(self._settings)
-        events: list[RunEvent] = []
-        for artifact in artifacts:
-            try:
-                chunk = json.loads(store.get(run_id, artifact))
-            except ApplicationError:  # pruned with the run's other artifacts
-                continue
-            events.extend(RunEvent.model_validate(e) for e in chunk.get("events", []))
-        return [e for e in events if e.id > after]
+        events = archived(self._settings, run_id, artifacts, "events")
+        return [e for e in map(RunEvent.model_validate, events) if e.id > after]
 
     def _forget_old(self, now: float) -> None:
         for run_id, (at, _, _) in list(self._pages.items()):

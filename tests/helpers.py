@@ -6,12 +6,15 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
 
+from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,3 +137,20 @@ def stop_processes(*procs: subprocess.Popen[bytes] | None) -> None:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# About 60 KB of JSON made of short strings: no string is long enough to be stored alone.
+LISTING_WORDS = [f"item-{i:05d}-of-the-listing" for i in range(2000)]
+
+
+@contextmanager
+def listing_server() -> Iterator[str]:
+    """A server whose `/listing/{n}` answers `{"n": n, "words": LISTING_WORDS}`; its URL."""
+    app = FastAPI()
+
+    @app.get("/listing/{n}")
+    async def listing(n: int) -> dict[str, Any]:
+        return {"n": n, "words": LISTING_WORDS}
+
+    with ServerThread(app) as server:
+        yield server.url

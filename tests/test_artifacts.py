@@ -15,16 +15,14 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from temporalio.client import Client
 from temporalio.worker import Replayer, Worker
 
 from activities.artifacts import S3ArtifactStore, store_for
 from api.app import create_app
-from longrun.dev.stack import ServerThread
 from longrun.settings import ApiKey, Settings, hash_key
 from longrun.temporal import DATA_CONVERTER
-from tests.helpers import Poll, StandIn, submit
+from tests.helpers import LISTING_WORDS, Poll, StandIn, listing_server, submit
 from worker import serving
 from workflows import RunWorkflow
 
@@ -120,16 +118,10 @@ async def test_a_result_too_big_to_travel_lists_references(
     # Forty parallel GETs, each answering ~60 KB of JSON made of short strings: no string
     # is big enough to be stored on its own, but together the result is ~2.4 MB, above
     # Temporal's payload limit.
-    words = [f"item-{i:05d}-of-the-listing" for i in range(2000)]
-    app = FastAPI()
-
-    @app.get("/listing/{n}")
-    async def listing(n: int) -> dict[str, Any]:
-        return {"n": n, "words": words}
-
-    with ServerThread(app) as server:
+    words = LISTING_WORDS
+    with listing_server() as url:
         steps = [
-            {"id": f"get{n}", "tool": "http_request", "args": {"url": f"{server.url}/listing/{n}"}}
+            {"id": f"get{n}", "tool": "http_request", "args": {"url": f"{url}/listing/{n}"}}
             for n in range(40)
         ]
         run_id = await submit(api, [{**s, "depends_on": []} for s in steps])

@@ -11,15 +11,13 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from temporalio.client import Client
 from temporalio.worker import Replayer, Worker
 
 from api.app import create_app
-from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
 from longrun.temporal import DATA_CONVERTER
-from tests.helpers import Poll, submit
+from tests.helpers import LISTING_WORDS, Poll, listing_server, submit
 from workflows import RunWorkflow
 
 
@@ -198,16 +196,10 @@ async def test_a_hand_over_too_big_to_travel_stores_its_biggest_outputs(
 ) -> None:
     # Twelve end steps of ~60 KB of short strings each: together their outputs, which the
     # result needs, are ~720 KB, above what a hand-over may carry.
-    words = [f"item-{i:05d}-of-the-listing" for i in range(2000)]
-    app = FastAPI()
-
-    @app.get("/listing/{n}")
-    async def listing(n: int) -> dict[str, Any]:
-        return {"n": n, "words": words}
-
-    with ServerThread(app) as server:
+    words = LISTING_WORDS
+    with listing_server() as url:
         steps: list[dict[str, Any]] = [
-            {"id": f"get{n}", "tool": "http_request", "args": {"url": f"{server.url}/listing/{n}"}}
+            {"id": f"get{n}", "tool": "http_request", "args": {"url": f"{url}/listing/{n}"}}
             for n in range(12)
         ]
         # They end while a gate waits: the hand-over comes then, carrying them all.

@@ -10,7 +10,7 @@ from typing import Any
 from temporalio import workflow
 
 from workflows.audit import AuditLog
-from workflows.common import Clock, cut
+from workflows.common import TIMEOUT_ACTOR, Clock, cut
 from workflows.events import EventLog
 from workflows.steps import StepBook
 
@@ -24,7 +24,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 APPROVAL_SUMMARY_CHARS = 2000
-TIMEOUT_ACTOR = "timeout"  # who decides a request nobody decided in time
 SHORT_CHARS = 200  # of an older decided request's summary and comment in status
 
 

@@ -145,10 +145,10 @@ class Calls:
     ) -> Any:
         """Run a model, check or memory activity with the default retries (after the
         checkpoint where it uses the budget)."""
-        if limit is MODEL_TIMEOUT:
-            return await self._model(method, arg, limit=limit, retry=None, summary=summary)
-        if limit is VERIFY_TIMEOUT and workflow.patched(VERIFY_WINDOW_PATCH):
-            # Checks ask the judge model: they outlast a model outage as model calls do.
+        # Checks ask the judge model: they outlast a model outage as model calls do.
+        if limit is MODEL_TIMEOUT or (
+            limit is VERIFY_TIMEOUT and workflow.patched(VERIFY_WINDOW_PATCH)
+        ):
             return await self._model(method, arg, limit=limit, retry=None, summary=summary)
         # Checks may run tools, which heartbeat often; memory calls are quick.
         return await workflow.execute_activity_method(

@@ -25,6 +25,7 @@ VERIFY_TIMEOUT = timedelta(minutes=10)
 MEMORY_TIMEOUT = timedelta(seconds=30)
 MAX_RETRY_INTERVAL = timedelta(minutes=1)
 PREVIEW_CHARS = 500
+TIMEOUT_ACTOR = "timeout"  # who decides an approval nobody decided in time
 
 # The run's parts read time through a clock: `workflow.now` in a run, a fake one in tests.
 Clock = Callable[[], datetime]

@@ -9,7 +9,7 @@ from typing import Any
 
 from temporalio import workflow
 
-from workflows.common import Clock
+from workflows.common import TIMEOUT_ACTOR, Clock
 
 with workflow.unsafe.imports_passed_through():
     from longrun.contracts import EventPage, EventsQuery, EventType, RunEvent, RunFigures
@@ -90,7 +90,7 @@ def _count(figures: RunFigures, event: RunEvent) -> None:
         figures.resumes += 1
     elif event.type == "budget.changed":
         figures.budget_changes += 1
-    elif event.type == "approval.decided" and data.get("by") != "timeout":
+    elif event.type == "approval.decided" and data.get("by") != TIMEOUT_ACTOR:
         figures.approvals += 1
         figures.guidance += data.get("kind") == "needs_help"
     elif event.type == "plan.made" and data.get("replan"):

@@ -99,11 +99,17 @@ class HandOver:
         older = events.older()
         if not older or not workflow.patched(EVENTS_ARCHIVE_PATCH):
             return
+        artifacts = await self._archive([("events", e.model_dump(mode="json")) for e in older])
+        events.forget(len(older), artifacts)
+
+    async def _archive(self, records: list[tuple[str, dict[str, Any]]]) -> list[str]:
+        """Store records of a kind ("audit", "approvals", "events") in chunks; the ids of
+        the artifacts holding them, oldest first (api/archive.py reads them back)."""
         artifacts = []
-        for chunk in _chunks([("events", e.model_dump(mode="json")) for e in older]):
+        for chunk in _chunks(records):
             ref = (await stored.keep(self._parts.inp.run_id, {"archive": chunk}))["archive"]
             artifacts.append(ref["artifact"])
-        events.forget(len(older), artifacts)
+        return artifacts
 
     async def _bound(self, agent: AgentCarry | None) -> None:
         """Bring the carry within its bound: outputs nobody needs as short previews (see
@@ -124,12 +130,10 @@ class HandOver:
         if _size(carry) > CARRY_MAX_BYTES:
             entries = p.audit.entries[:-AUDIT_KEPT]
             decided = [a for a in p.approvals.listed() if a.decision is not None]
-            for chunk in _chunks(
+            p.audit.archived += await self._archive(
                 [("audit", e.model_dump(mode="json")) for e in entries]
                 + [("approvals", a.model_dump(mode="json")) for a in decided]
-            ):
-                ref = (await stored.keep(run_id, {"archive": chunk}))["archive"]
-                p.audit.archived.append(ref["artifact"])
+            )
             del p.audit.entries[: len(entries)]
             p.approvals.archive([a.approval_id for a in decided])
 

@@ -10,8 +10,8 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-from workflows.approvals import TIMEOUT_ACTOR
 from workflows.common import (
+    TIMEOUT_ACTOR,
     StepFailed,
     failure_of,
     policy_urls_whole,

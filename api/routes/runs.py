@@ -33,7 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
 from activities.tools.builtin import destination_refusal
-from api.archive import archived_entries
+from api.archive import archived
 from api.attempts import show_retries
 from api.auth import Approver, Operator, Principal, Reader, Submitter
 from api.deps import Gateway, PolicyDep, SettingsDep, TemporalClient
@@ -58,6 +58,7 @@ from longrun.contracts import (
     RUN_ID_PATTERN,
     AgentSpec,
     ApprovalDecision,
+    AuditEntry,
     AuditTrail,
     BudgetChange,
     CancelNote,
@@ -617,6 +618,6 @@ async def get_audit(
     handle, _ = await describe_run(client, run_id)
     trail: AuditTrail = await _query(handle, RunWorkflow.audit)
     if trail.archived:  # a long run stored its earlier entries away
-        earlier = await run_in_threadpool(archived_entries, settings, run_id, trail.archived)
-        trail.entries = earlier + trail.entries
+        earlier = await run_in_threadpool(archived, settings, run_id, trail.archived, "audit")
+        trail.entries = [AuditEntry.model_validate(e) for e in earlier] + trail.entries
     return trail
