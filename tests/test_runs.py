@@ -10,11 +10,21 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, submit
+from workflows.status import (
+    COST_ATTRIBUTE,
+    PENDING_ATTRIBUTE,
+    PHASE_ATTRIBUTE,
+    STATUS_ATTRIBUTE,
+    STEPS_DONE_ATTRIBUTE,
+    STEPS_TOTAL_ATTRIBUTE,
+)
 
 
 async def test_plan_with_approval_completes(
@@ -60,6 +70,65 @@ async def test_plan_with_approval_completes(
     assert record["decided_at"] is not None
     calls = standin.calls("Summarize e2e: ok")
     assert len(calls) == 1
+
+
+async def _attributes(client: Client, run_id: str) -> dict[str, object]:
+    desc = await client.get_workflow_handle(run_id).describe()
+    found = desc.typed_search_attributes
+    return {
+        "status": found.get(STATUS_ATTRIBUTE),
+        "phase": found.get(PHASE_ATTRIBUTE),
+        "done": found.get(STEPS_DONE_ATTRIBUTE),
+        "total": found.get(STEPS_TOTAL_ATTRIBUTE),
+        "pending": found.get(PENDING_ATTRIBUTE),
+        "cost": found.get(COST_ATTRIBUTE),
+    }
+
+
+async def test_the_web_ui_can_filter_runs_by_progress(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    steps: list[dict[str, object]] = [
+        {"id": f"s{i}", "tool": "echo", "args": {"value": i}} for i in range(30)
+    ]
+    steps.append({"id": "gate", "tool": "write_file", "args": {"path": "x", "content": "x"}})
+    steps[-1]["requires_approval"] = True
+    run_id = await submit(api, steps)
+    await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+    # Status and pending approvals are published at once, with the progress so far.
+    assert await _attributes(client, run_id) == {
+        "status": "waiting_approval",
+        "phase": "acting",
+        "done": 30,
+        "total": 31,
+        "pending": 1,
+        "cost": 0.0,
+    }
+    query = f"WorkflowId = '{run_id}' AND LongrunPendingApprovals > 0 AND LongrunStepsDone >= 30"
+    for _ in range(100):  # visibility follows the run's own record shortly after
+        if await client.count_workflows(query) and (await client.count_workflows(query)).count:
+            break
+        await asyncio.sleep(0.1)
+    assert (await client.count_workflows(query)).count == 1
+
+    response = await api.post(f"/v1/runs/{run_id}/approvals/apr-gate", json={"decision": "approve"})
+    assert response.status_code == 202, response.text
+    assert (await wait_run(run_id))["status"] == "completed"
+    ended = await _attributes(client, run_id)
+    assert ended["status"] == "completed"
+    assert (ended["done"], ended["total"], ended["pending"]) == (31, 31, 0)
+    # 31 steps published in a few upserts, not one per step: each is a history event.
+    upserts = [
+        list(fields)
+        async for e in client.get_workflow_handle(run_id).fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+        and "LongrunStepsDone"
+        in (
+            fields
+            := e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+        )
+    ]
+    assert 2 <= len(upserts) <= 6, upserts
 
 
 class Flaky:

@@ -22,6 +22,7 @@ from longrun.contracts import (
 from workflows.common import StepFailed
 from workflows.handover import HandOver
 from workflows.parts import RunParts
+from workflows.status import PROGRESS_EVERY, Progress, ProgressGate
 from workflows.steps import LISTED_OUTPUT_CHARS
 
 
@@ -39,7 +40,8 @@ class FakeClock:
 
 
 class Shown:
-    """What the run showed: its current details and each status it published."""
+    """What the run showed: its current details and each status it published (as a run
+    from before progress attributes does)."""
 
     def __init__(self) -> None:
         self.texts: list[str] = []
@@ -50,6 +52,9 @@ class Shown:
 
     def status(self, status: RunStatusName) -> None:
         self.statuses.append(status)
+
+    def progress(self, progress: Progress, final: bool) -> bool:
+        return False
 
 
 def _input(steps: list[Step] | None = None, budget: Budget | None = None) -> RunInput:
@@ -294,3 +299,37 @@ def test_status_shows_a_pause_before_a_wait_and_previews_big_outputs() -> None:
     assert parts.steps.by_id["a"].output == {"x": "y" * 5000}  # the `step` query has it all
     assert shown.texts[-1].startswith("paused: 1/2 steps done")
     assert "waiting for approval: apr-gate (step gate)" in shown.texts[-1]
+
+
+def test_progress_is_published_at_once_for_what_people_filter_on_and_sparingly_otherwise() -> None:
+    gate, clock = ProgressGate(), FakeClock()
+    start = Progress("running", "acting", 0, 50, 0.0, 0)
+
+    def names(progress: Progress, final: bool = False) -> list[str]:
+        return [u.key.name for u in gate.updates(progress, clock.now, final)]
+
+    assert len(names(start)) == 6  # everything, the first time
+    assert names(start) == []
+    # Steps done and cost wait for their turn...
+    assert names(Progress("running", "acting", 1, 50, 0.5, 0)) == []
+    clock.advance(PROGRESS_EVERY.total_seconds() - 1)
+    assert names(Progress("running", "acting", 9, 50, 0.5, 0)) == []
+    clock.advance(1)
+    assert names(Progress("running", "acting", 10, 50, 0.5, 0)) == [
+        "LongrunStepsDone",
+        "LongrunCostUsd",
+    ]
+    # ...a request for approval does not, and takes the progress so far along.
+    clock.advance(1)
+    assert names(Progress("waiting_approval", "acting", 11, 50, 0.5, 1)) == [
+        "LongrunStatus",
+        "LongrunStepsDone",
+        "LongrunPendingApprovals",
+    ]
+    assert names(Progress("waiting_approval", "acting", 12, 50, 0.5, 1)) == []
+    # The end is published whatever the time.
+    assert names(Progress("completed", "acting", 50, 50, 0.5, 0), final=True) == [
+        "LongrunStatus",
+        "LongrunStepsDone",
+        "LongrunPendingApprovals",
+    ]

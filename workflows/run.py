@@ -291,7 +291,7 @@ class RunWorkflow:
         if self._agent is not None:
             self._agent.state.close(failed=status == "failed")
         p.steps.cancel_open()
-        p.status.publish()
+        p.status.publish(final=True)
         p.refresh()
 
 

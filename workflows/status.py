@@ -3,10 +3,12 @@ status search attribute, kept current as the run moves."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 from workflows.approvals import Approvals
 from workflows.events import EventLog
@@ -26,6 +28,17 @@ with workflow.unsafe.imports_passed_through():
 STATUS_OUTPUT_CHARS = 500_000  # of all outputs in status together
 STATUS_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunStatus")
 LABELS_ATTRIBUTE = SearchAttributeKey.for_keyword_list("LongrunLabels")
+PHASE_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunPhase")
+STEPS_DONE_ATTRIBUTE = SearchAttributeKey.for_int("LongrunStepsDone")
+STEPS_TOTAL_ATTRIBUTE = SearchAttributeKey.for_int("LongrunStepsTotal")
+COST_ATTRIBUTE = SearchAttributeKey.for_float("LongrunCostUsd")
+PENDING_ATTRIBUTE = SearchAttributeKey.for_int("LongrunPendingApprovals")
+# Runs publish their progress as search attributes (patched, so older runs replay).
+PROGRESS_PATCH = "progress-attributes"
+# Each upsert is a history event: steps done, cost and phase are published at most this
+# often (and whenever status or pending approvals change, and at the end); status and
+# pending approvals, what people filter on to find runs that wait for them, at once.
+PROGRESS_EVERY = timedelta(seconds=10)
 # Decided approvals listed with their whole summary and comment; older ones are cut short.
 APPROVALS_LISTED_WHOLE = 100
 
@@ -33,11 +46,54 @@ APPROVALS_LISTED_WHOLE = 100
 class AgentView(Protocol):
     """What status asks of a goal-only run's agent loop."""
 
+    @property
+    def phase(self) -> str:
+        """The loop's phase: planning, acting, verifying, replanning or completing."""
+
     def describe(self, state: RunState) -> None:
         """Add the agent's view to a status answer."""
 
     def progress(self) -> str:
         """One line for the Web UI's current details."""
+
+    def counts(self) -> tuple[int, int]:
+        """Plan steps done and planned so far."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the run publishes for listing and filtering runs (the search attributes)."""
+
+    status: RunStatusName
+    phase: str
+    steps_done: int
+    steps_total: int
+    cost_usd: float
+    pending_approvals: int
+
+    def updates(self, shown: Progress | None) -> list[SearchAttributeUpdate[Any]]:
+        """Upserts for what differs from what was shown."""
+        pairs: list[SearchAttributeUpdate[Any]] = []
+        published: list[tuple[SearchAttributeKey[Any], Any, Any]] = [
+            (STATUS_ATTRIBUTE, self.status, shown and shown.status),
+            (PHASE_ATTRIBUTE, self.phase, shown and shown.phase),
+            (STEPS_DONE_ATTRIBUTE, self.steps_done, shown and shown.steps_done),
+            (STEPS_TOTAL_ATTRIBUTE, self.steps_total, shown and shown.steps_total),
+            (COST_ATTRIBUTE, self.cost_usd, shown and shown.cost_usd),
+            (PENDING_ATTRIBUTE, self.pending_approvals, shown and shown.pending_approvals),
+        ]
+        for key, value, before in published:
+            if shown is None or value != before:
+                pairs.append(key.value_set(value))
+        return pairs
+
+    def urgent(self, shown: Progress | None) -> bool:
+        """Whether what people filter on changed, so it is published at once."""
+        return (
+            shown is None
+            or self.status != shown.status
+            or self.pending_approvals != shown.pending_approvals
+        )
 
 
 class Display(Protocol):
@@ -47,17 +103,45 @@ class Display(Protocol):
         """Show the run's current details (the Web UI's)."""
 
     def status(self, status: RunStatusName) -> None:
-        """Publish a new run status (the search attribute)."""
+        """Publish a new run status (the search attribute), as runs before progress
+        attributes did."""
+
+    def progress(self, progress: Progress, final: bool) -> bool:
+        """Publish the run's progress if due; False if this run does not (it predates
+        progress attributes), and then `status` is how its status is published."""
+
+
+class ProgressGate:
+    """Decides when progress is published: what people filter on at once, the rest at most
+    every PROGRESS_EVERY (or with the former, or at the end)."""
+
+    def __init__(self) -> None:
+        self._shown: Progress | None = None
+        self._shown_at: datetime | None = None
+
+    def updates(
+        self, progress: Progress, now: datetime, final: bool
+    ) -> list[SearchAttributeUpdate[Any]]:
+        """What to upsert now; empty when nothing changed or it is not due yet."""
+        if progress == self._shown:
+            return []
+        due = self._shown_at is None or now - self._shown_at >= PROGRESS_EVERY
+        if not (final or due or progress.urgent(self._shown)):
+            return []
+        updates = progress.updates(self._shown)
+        self._shown, self._shown_at = progress, now
+        return updates
 
 
 class TemporalDisplay:
-    """The Web UI's current details and the status search attribute of this workflow."""
+    """The Web UI's current details and the search attributes of this workflow."""
 
     def __init__(self) -> None:
         # Runs started by the API carry the status search attribute and keep it current.
         # A run started without it (the time-skipping test server cannot register custom
         # attributes) skips publishing rather than failing its workflow tasks.
         self._publish = workflow.info().typed_search_attributes.get(STATUS_ATTRIBUTE) is not None
+        self._gate = ProgressGate()
 
     def details(self, text: str) -> None:
         """Set the workflow's current details."""
@@ -67,6 +151,17 @@ class TemporalDisplay:
         """Upsert the status search attribute, where the run has one."""
         if self._publish:
             workflow.upsert_search_attributes([STATUS_ATTRIBUTE.value_set(status)])
+
+    def progress(self, progress: Progress, final: bool) -> bool:
+        """Upsert what changed, in one history event, when due."""
+        if not self._publish:
+            return True
+        if not workflow.patched(PROGRESS_PATCH):
+            return False
+        updates = self._gate.updates(progress, workflow.now(), final)
+        if updates:
+            workflow.upsert_search_attributes(updates)
+        return True
 
 
 class StatusBoard:
@@ -137,7 +232,9 @@ class StatusBoard:
                 status = "waiting_approval"
             if status != self.status:
                 self.status = status
-                self.publish()
+                self.publish(changed=True)
+            else:
+                self.publish(changed=False)
         if self.agent is not None:
             details = [f"{self.status}: {self.agent.progress()}"]
         else:
@@ -154,6 +251,22 @@ class StatusBoard:
             details.append(f"error: {self.error}")
         self._display.details("\n".join(details))
 
-    def publish(self) -> None:
-        """Publish the run status as it is now."""
-        self._display.status(self.status)
+    def publish(self, changed: bool = True, final: bool = False) -> None:
+        """Publish the run's status and progress as they are now; runs from before
+        progress attributes upsert only their status, and only when asked to (`changed`)."""
+        if self.agent is not None:
+            phase = self.agent.phase
+            done, total = self.agent.counts()
+        else:
+            phase = "acting"
+            done, total = self._steps.done, len(self._steps.by_id)
+        progress = Progress(
+            status=self.status,
+            phase=phase,
+            steps_done=done,
+            steps_total=total,
+            cost_usd=self._ledger.usage.cost_usd,
+            pending_approvals=len(self._approvals.undecided),
+        )
+        if not self._display.progress(progress, final) and changed:
+            self._display.status(self.status)

@@ -23,6 +23,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
 from longrun.settings import TEMPORAL_HTTP_API_OFFSET, Settings
+from longrun.temporal import search_attribute_flags
 
 STATE_DIR = Path(".longrun")
 DEMO_SCENARIO = Path(__file__).parent / "scenarios" / "demo.json"
@@ -127,10 +128,7 @@ class TemporalDevServer:
             self.namespace,
             "--log-level",
             "error",
-            "--search-attribute",
-            "LongrunStatus=Keyword",
-            "--search-attribute",
-            "LongrunLabels=KeywordList",
+            *search_attribute_flags(),
         ]
         if self.http_port is not None:
             argv += ["--http-port", str(self.http_port)]

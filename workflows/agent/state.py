@@ -142,6 +142,10 @@ class AgentState:
             line += f"\nlast verification: {self.last_check}"
         return line
 
+    def counts(self) -> tuple[int, int]:
+        """Plan steps done and planned so far."""
+        return min(self.index, len(self.plan)), len(self.plan)
+
     def close(self, failed: bool) -> None:
         """Settle plan steps left open when the run ends early."""
         for item in self.plan:
