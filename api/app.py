@@ -13,10 +13,12 @@ from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
+from activities.tools import REGISTRY
 from api.allow import AllowEveryMethod
 from api.deps import TemporalGateway
 from api.feed import EventFeed
 from api.guard import BodyGuard
+from api.openapi import describe_tools
 from api.routes import approvals, artifacts, events, health, metrics, runs, tools, ui
 from longrun.policy import load_policy
 from longrun.settings import Settings, get_settings
@@ -75,6 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(ui.router)
     app.include_router(artifacts.router)
+    describe_tools(app, REGISTRY)
     app.add_middleware(BodyGuard, limit=settings.max_request_bytes)
     app.add_middleware(AllowEveryMethod)
     app.add_exception_handler(RPCError, _temporal_error)

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from openapi_spec_validator import validate
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -407,6 +408,45 @@ async def test_health_and_docs(api: httpx.AsyncClient) -> None:
     assert (await api.get("/readyz")).json() == {"status": "ready"}
     spec = (await api.get("/openapi.json")).json()
     assert "/v1/runs/{run_id}/approvals/{approval_id}" in spec["paths"]
+
+
+async def test_the_openapi_document_describes_each_tools_arguments(api: httpx.AsyncClient) -> None:
+    spec = (await api.get("/openapi.json")).json()
+    validate(spec)  # still a valid OpenAPI document
+    schemas = spec["components"]["schemas"]
+    tools = (await api.get("/v1/tools")).json()["tools"]
+    mapping = schemas["ToolStep"]["discriminator"]["mapping"]
+    assert sorted(mapping) == sorted(t["name"] for t in tools)
+    for tool in tools:
+        step = schemas[mapping[tool["name"]].removeprefix("#/components/schemas/")]
+        assert step["properties"]["tool"]["const"] == tool["name"]
+        args = schemas[step["properties"]["args"]["$ref"].removeprefix("#/components/schemas/")]
+        assert args["properties"] == {
+            name: _relocated(field, tool["name"])
+            for name, field in tool["args_schema"]["properties"].items()
+        }
+    # A plan's step is a tool step (by `tool`), a model, wait or approval step.
+    kinds = [ref["$ref"] for ref in schemas["Step"]["oneOf"]]
+    assert kinds == [f"#/components/schemas/{k}Step" for k in ("Tool", "Model", "Wait", "Approval")]
+    plan = schemas["Plan"]["properties"]["steps"]["items"]
+    assert plan == {"$ref": "#/components/schemas/Step"}
+    # Each described step is taken as described: an http_request step with its arguments.
+    http = schemas["ToolArgs.http_request"]
+    assert {"url", "method"} <= set(http["properties"]) and http["required"] == ["url"]
+
+
+def _relocated(schema: Any, tool: str) -> Any:
+    """A tool's argument schema with its references as the OpenAPI document has them."""
+    if isinstance(schema, dict):
+        return {
+            k: v.replace("#/$defs/", f"#/components/schemas/ToolArgs.{tool}.")
+            if k == "$ref"
+            else _relocated(v, tool)
+            for k, v in schema.items()
+        }
+    if isinstance(schema, list):
+        return [_relocated(v, tool) for v in schema]
+    return schema
 
 
 async def test_the_docs_pages_need_nothing_from_the_internet(api: httpx.AsyncClient) -> None:
