@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 
+from longrun.client import EXIT_WAITING
+
 DEMO_GOAL = "Demo: write hello.py that prints 'hello, longrun'"
 DEMO_REQUEST: dict[str, Any] = {
     "goal": DEMO_GOAL,
@@ -38,7 +40,8 @@ def _say(text: str) -> None:
 
 
 def run_demo(api_url: str, *, approve: bool = False, timeout_s: float = 300) -> int:
-    """Submit the demo goal, follow it, and answer its approval (asking, unless `approve`)."""
+    """Submit the demo goal, follow it, and answer its approval: asking on a terminal,
+    approving with `approve`; elsewhere it says how to decide and returns EXIT_WAITING."""
     with httpx.Client(base_url=api_url, timeout=30) as http:
         created = http.post("/v1/runs", json=DEMO_REQUEST)
         if created.status_code != 202:
@@ -51,9 +54,8 @@ def run_demo(api_url: str, *, approve: bool = False, timeout_s: float = 300) -> 
         run: dict[str, Any] = {}
         while time.monotonic() < deadline:
             run = http.get(f"/v1/runs/{run_id}").json()
-            line = f"  {run.get('phase')}: " + ", ".join(
-                f"{p['id']} {p['status']}" for p in run.get("plan", [])
-            )
+            steps = ", ".join(f"{p['id']} {p['status']}" for p in run.get("plan", []))
+            line = f"  {run.get('phase')}" + (f": {steps}" if steps else "")
             if line not in seen:
                 seen.add(line)
                 _say(line)
@@ -64,11 +66,14 @@ def run_demo(api_url: str, *, approve: bool = False, timeout_s: float = 300) -> 
                 _say(f"  approval needed: {pending['summary']}")
                 url = f"/v1/runs/{run_id}/approvals/{pending['approval_id']}"
                 if not approve and not sys.stdin.isatty():
+                    # No one to ask here: say how to decide, and leave the run waiting.
                     _say(
-                        f"  approve with: curl -XPOST {api_url}{url} -H 'content-type: "
-                        'application/json\' -d \'{"decision": "approve"}\''
+                        "  the run waits for a person. Approve it with\n"
+                        f"    .venv/bin/longrun approve {run_id} {pending['approval_id']}\n"
+                        f"  then follow it with: .venv/bin/longrun watch {run_id}\n"
+                        "  (or run `longrun demo --approve` to approve as it asks)"
                     )
-                    continue
+                    return EXIT_WAITING
                 yes = approve or input("  approve? [y/N] ").strip().lower() == "y"
                 http.post(url, json={"decision": "approve" if yes else "reject"})
             if run.get("status") in FINAL:

@@ -26,7 +26,8 @@ from longrun.settings import TEMPORAL_HTTP_API_OFFSET, Settings
 from longrun.temporal import search_attribute_flags
 
 STATE_DIR = Path(".longrun")
-DEMO_SCENARIO = Path(__file__).parent / "scenarios" / "demo.json"
+# What the stand-in plays offline: the demo goal and the README's goal-only example.
+SCENARIOS = sorted((Path(__file__).parent / "scenarios").glob("*.json"))
 READY_TIMEOUT_S = 60.0
 # Restarts of the stack's processes: 1 s after the first exit, doubling to 30 s while a
 # process keeps exiting within a minute of its start.
@@ -254,6 +255,8 @@ async def _run_stack(settings: Settings) -> int:
         "TEMPORAL_NAMESPACE": settings.temporal_namespace,
         "LONGRUN_TEMPORAL_UI_URL": ui_url,
         "LONGRUN_DATA_DIR": str(settings.data_dir.resolve()),
+        # Commands the worker's tools run (`python -m pytest`) find this environment's.
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
     children = Supervisor(log_dir, env)
     spawn = children.spawn
@@ -289,8 +292,7 @@ async def _run_stack(settings: Settings) -> int:
                     "longrun.dev.standin",
                     "--port",
                     str(settings.dev_standin_port),
-                    "--scenario",
-                    str(DEMO_SCENARIO),
+                    *(arg for path in SCENARIOS for arg in ("--scenario", str(path))),
                 ],
             )
             await _wait_http(f"{standin_url}/v1/models", proc, "the model stand-in")
