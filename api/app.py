@@ -19,7 +19,17 @@ from api.deps import TemporalGateway
 from api.feed import EventFeed
 from api.guard import BodyGuard
 from api.openapi import describe_tools
-from api.routes import approvals, artifacts, events, health, metrics, runs, tools, ui
+from api.routes import (
+    approvals,
+    artifacts,
+    events,
+    health,
+    metrics,
+    prometheus,
+    runs,
+    tools,
+    ui,
+)
 from longrun.policy import load_policy
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
@@ -75,9 +85,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(approvals.router)
     app.include_router(tools.router)
     app.include_router(metrics.router)
+    app.include_router(prometheus.router)
     app.include_router(ui.router)
     app.include_router(artifacts.router)
     describe_tools(app, REGISTRY)
+    prometheus.instrument(app)
     app.add_middleware(BodyGuard, limit=settings.max_request_bytes)
     app.add_middleware(AllowEveryMethod)
     app.add_exception_handler(RPCError, _temporal_error)

@@ -158,10 +158,11 @@ class Settings(BaseSettings):
     dev_temporal_port: int = Field(7233, alias="LONGRUN_DEV_TEMPORAL_PORT")
     dev_ui_port: int = Field(8233, alias="LONGRUN_DEV_UI_PORT")
     dev_standin_port: int = Field(8100, alias="LONGRUN_DEV_STANDIN_PORT")
+    dev_worker_metrics_port: int = Field(9464, alias="LONGRUN_DEV_WORKER_METRICS_PORT")
 
     def own_services(self) -> dict[str, str]:
         """longrun's own endpoints (host:port → what), which runs may never call: Temporal
-        (gRPC, and the dev server's HTTP API), its Web UI and the API."""
+        (gRPC, and the dev server's HTTP API), its Web UI, the API and the worker's metrics."""
         temporal_host, _, temporal_port = self.temporal_address.rpartition(":")
         ui = urlsplit(self.temporal_ui_url)
         found = {
@@ -169,6 +170,8 @@ class Settings(BaseSettings):
             f"{ui.hostname}:{ui.port or 80}": "the Temporal Web UI",
             f"{self.api_host}:{self.api_port}": "the longrun API",
         }
+        if self.metrics_address:
+            found[self.metrics_address] = "the worker's metrics"
         if temporal_port.isdigit():
             http_api = int(temporal_port) + TEMPORAL_HTTP_API_OFFSET
             found[f"{temporal_host}:{http_api}"] = "Temporal's HTTP API"

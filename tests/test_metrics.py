@@ -11,8 +11,10 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from prometheus_client.parser import text_string_to_metric_families
 from temporalio.worker import Worker
 
+from api.app import create_app
 from longrun.dev.stack import ServerThread, free_port
 from longrun.settings import Settings
 from tests.helpers import Poll, start_worker, stop_processes, submit
@@ -137,3 +139,48 @@ async def test_a_worker_serves_prometheus_metrics_with_longruns_own(
     assert ended and 'outcome="completed"' in ended[0] and ended[0].endswith(" 1"), text[:2000]
     assert "longrun_run_duration" in text
     assert "temporal_workflow_completed" in text  # the SDK's own worker metrics
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Prometheus text as {(sample name, sorted labels): value}."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def test_the_api_serves_prometheus_metrics_of_runs_and_requests(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll, settings: Settings
+) -> None:
+    def runs(samples: dict[Any, float], status: str) -> float:
+        return samples[("longrun_runs", (("status", status),))]
+
+    before = _samples((await api.get("/metrics")).text)
+    gated = await submit(api, [{"id": "g", "approval": {"message": "ok?"}}])
+    await wait_run(gated, lambda r: r["status"] == "waiting_approval")
+    waiting = _samples((await api.get("/metrics")).text)
+    assert runs(waiting, "waiting_approval") == runs(before, "waiting_approval") + 1
+    assert waiting[("longrun_temporal_reachable", ())] == 1
+    decided = await api.post(f"/v1/runs/{gated}/approvals/apr-g", json={"decision": "approve"})
+    assert decided.status_code == 202
+    await wait_run(gated)
+    ended = _samples((await api.get("/metrics")).text)
+    assert runs(ended, "waiting_approval") == runs(before, "waiting_approval")
+    assert runs(ended, "completed") == runs(before, "completed") + 1
+    # The API's own requests, by route and status.
+    posted = (
+        "http_requests_total",
+        (("handler", "/v1/runs"), ("method", "POST"), ("status", "2xx")),
+    )
+    assert ended[posted] >= 1
+
+    # Temporal away: the request metrics still come, the run counts do not.
+    dead = settings.model_copy(update={"temporal_address": "127.0.0.1:1"})
+    transport = httpx.ASGITransport(app=create_app(dead))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        away = await http.get("/metrics")
+    assert away.status_code == 200
+    samples = _samples(away.text)
+    assert samples[("longrun_temporal_reachable", ())] == 0
+    assert not any(name == "longrun_runs" for name, _ in samples)

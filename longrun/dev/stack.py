@@ -239,6 +239,9 @@ async def _run_stack(settings: Settings) -> int:
         "Temporal Web UI (LONGRUN_DEV_UI_PORT)": settings.dev_ui_port,
         "API (LONGRUN_API_PORT)": settings.api_port,
     }
+    worker_metrics = settings.metrics_address or f"127.0.0.1:{settings.dev_worker_metrics_port}"
+    if settings.metrics_address is None:
+        ports["worker metrics (LONGRUN_DEV_WORKER_METRICS_PORT)"] = settings.dev_worker_metrics_port
     offline = settings.openai_api_key is None and settings.openai_base_url is None
     if offline:
         ports["model stand-in (LONGRUN_DEV_STANDIN_PORT)"] = settings.dev_standin_port
@@ -255,6 +258,7 @@ async def _run_stack(settings: Settings) -> int:
         "TEMPORAL_NAMESPACE": settings.temporal_namespace,
         "LONGRUN_TEMPORAL_UI_URL": ui_url,
         "LONGRUN_DATA_DIR": str(settings.data_dir.resolve()),
+        "LONGRUN_METRICS_ADDRESS": worker_metrics,
         # Commands the worker's tools run (`python -m pytest`) find this environment's.
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
@@ -323,6 +327,7 @@ async def _run_stack(settings: Settings) -> int:
             f"  API:         {api_url}  (docs: {api_url}/docs)\n"
             f"  Temporal UI: {ui_url}\n"
             f"  Temporal:    {temporal.address}  (data: {temporal.db_file})\n"
+            f"  metrics:     {api_url}/metrics (API), http://{worker_metrics}/metrics (worker)\n"
             f"  {model_line}\n"
             f"  logs:        {log_dir}/\n"
             + (
