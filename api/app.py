@@ -78,7 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.policy = load_policy(settings.policy_file)  # a bad file stops start-up
     app.state.temporal = TemporalGateway(settings)
-    app.state.events = EventFeed(settings)
+    app.state.events = EventFeed(settings, prometheus.instrument(app))
     app.include_router(health.router)
     app.include_router(runs.router)
     app.include_router(events.router)
@@ -89,7 +89,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ui.router)
     app.include_router(artifacts.router)
     describe_tools(app, REGISTRY)
-    prometheus.instrument(app)
     app.add_middleware(BodyGuard, limit=settings.max_request_bytes)
     app.add_middleware(AllowEveryMethod)
     app.add_exception_handler(RPCError, _temporal_error)

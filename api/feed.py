@@ -7,6 +7,7 @@ import asyncio
 import time
 from datetime import timedelta
 
+from prometheus_client import CollectorRegistry, Counter
 from temporalio.client import WorkflowHandle
 
 from api.archive import archived
@@ -21,8 +22,18 @@ FORGET_AFTER_S = 60.0
 class EventFeed:
     """Pages of run events, shared between the clients that watch the same run."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, registry: CollectorRegistry) -> None:
         self._settings = settings
+        self._served = Counter(
+            "longrun_event_pages",
+            "pages of run events served to watching clients",
+            registry=registry,
+        )
+        self._queried = Counter(
+            "longrun_event_queries",
+            "`events` queries sent to Temporal for them",
+            registry=registry,
+        )
         # run id -> (when, `after` asked, the page answered)
         self._pages: dict[str, tuple[float, int, EventPage]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -32,6 +43,7 @@ class EventFeed:
         covers them, else from the run."""
         run_id = handle.id
         lock = self._locks.setdefault(run_id, asyncio.Lock())
+        self._served.inc()
         async with lock:
             now = time.monotonic()
             cached = self._pages.get(run_id)
@@ -39,6 +51,7 @@ class EventFeed:
                 shared = cached[2]
                 events = [e for e in shared.events if e.id > after]
                 return shared.model_copy(update={"events": events})
+            self._queried.inc()
             page: EventPage = await handle.query(
                 "events",
                 EventsQuery(after=after),

@@ -4,12 +4,15 @@ client of an ended run gets the whole log, archived events included."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 from temporalio.worker import Replayer, Worker
 
@@ -97,6 +100,43 @@ async def test_a_client_that_reconnects_gets_every_event_once_across_hand_overs(
     assert [int(e["id"]) for e in whole] == ids
     later = await read_events(f"{url}?after={ids[-3]}")
     assert [int(e["id"]) for e in later] == ids[-2:]
+
+
+async def _counter(api: httpx.AsyncClient, name: str) -> float:
+    """One counter of the API's Prometheus text."""
+    text = (await api.get("/metrics")).text
+    return next(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == f"{name}_total"
+    )
+
+
+async def test_many_watchers_of_a_run_share_its_queries(
+    api_url: str, client: Client, worker: Worker
+) -> None:
+    watchers = 20
+    steps = [*chain(["a0", "a1"]), {"id": "gate", "approval": {"message": "?"}}]
+    async with httpx.AsyncClient(base_url=api_url) as api:
+        created = await api.post("/v1/runs", json={"goal": "watched", "plan": {"steps": steps}})
+        url = f"{api_url}/v1/runs/{created.json()['run_id']}/events"
+        await read_events(url, until=lambda e: e["event"] == "approval.requested")
+        pages = await _counter(api, "longrun_event_pages")
+        queries = await _counter(api, "longrun_event_queries")
+
+        async def watch() -> None:
+            # Each watcher reads the log so far, then waits on the stream a while.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(3):
+                    await read_events(url)
+
+        await asyncio.gather(*(watch() for _ in range(watchers)))
+        served = await _counter(api, "longrun_event_pages") - pages
+        asked = await _counter(api, "longrun_event_queries") - queries
+    # Every watcher polled several times; Temporal was asked about once per poll interval.
+    assert served >= watchers * 2, (served, asked)
+    assert asked * 5 <= served, (served, asked)
 
 
 async def test_a_long_run_archives_its_early_events_and_still_serves_them(

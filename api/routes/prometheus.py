@@ -84,12 +84,14 @@ def _execution_status(name: str) -> WorkflowExecutionStatus | None:
     return None if found == WorkflowExecutionStatus.CONTINUED_AS_NEW else found
 
 
-def instrument(app: FastAPI) -> None:
-    """Count and time the API's requests, and keep the run gauges, in a registry of the app's."""
+def instrument(app: FastAPI) -> CollectorRegistry:
+    """Count and time the API's requests, and keep the run gauges, in a registry of the
+    app's, which it returns for the app's other metrics."""
     registry = CollectorRegistry()
     Instrumentator(excluded_handlers=NOT_TIMED, registry=registry).instrument(app)
     app.state.prometheus = registry
     app.state.run_gauges = RunGauges(registry)
+    return registry
 
 
 @router.get(
