@@ -114,15 +114,20 @@ def conformance(
 @app.command()
 def demo(
     approve: Annotated[bool, typer.Option("--approve", help="approve without asking")] = False,
+    wait: Annotated[
+        float, typer.Option("--wait", min=1, help="follow the run this many seconds at most")
+    ] = 300,
 ) -> None:
-    """Run the demo goal against the API that `make run` started.
+    """Run the demo goal against the API that `make run` started; without a terminal it
+    says how to approve and waits up to --wait seconds for someone to (exit 4 if no one).
 
     Example: longrun demo --approve
     """
     from longrun.dev.demo import run_demo
 
     settings = get_settings()
-    sys.exit(run_demo(f"http://{settings.api_host}:{settings.api_port}", approve=approve))
+    api_url = f"http://{settings.api_host}:{settings.api_port}"
+    sys.exit(run_demo(api_url, approve=approve, timeout_s=wait))
 
 
 for name, command in COMMANDS.items():

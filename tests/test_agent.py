@@ -3,7 +3,6 @@ goal met, driven by scripted stand-in scenarios over real HTTP and a real Tempor
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import httpx
@@ -98,22 +97,16 @@ async def test_premature_done_is_caught_fed_back_and_counted(
             act("agent-eager", ("finish", {"summary": "now it is written"})),
         ]
     )
-    tag = uuid.uuid4().hex[:12]
     run_id = await start(
         api,
         goal="agent-eager: write primes.py",
         acceptance=PRIMES_ACCEPTANCE[:1],
         tools=["write_file"],
-        labels={"drift": tag},
     )
     run = await wait_run(run_id)
     assert run["status"] == "completed", run
     assert run["premature_completions"] == 1
-    # Counted where task metrics read it: the run's figures, and drift across runs.
-    assert run["figures"]["premature_completions"] == 1
-    metrics = (await api.get("/v1/metrics", params={"label": f"drift:{tag}"})).json()
-    assert metrics["runs"]["completed"] == 1
-    assert metrics["drift"]["premature_completions_per_run"] == 1.0
+    assert run["figures"]["premature_completions"] == 1  # where task metrics read it
     acts = standin.calls("agent-eager", role="act")
     assert len(acts) == 3
     # The failed claim went back to the model with the evidence.

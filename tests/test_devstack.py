@@ -114,19 +114,37 @@ def test_dev_stack_runs_a_plan_and_stops_on_one_interrupt(tmp_path: Path) -> Non
         run = _ended(api, again["run_id"])
         assert run["status"] == "completed", run
 
-        # The demo goal, played by the stand-in, approved on the command line.
-        demo = subprocess.run(
-            [sys.executable, "-m", "longrun.cli", "demo", "--approve"],
+        # The demo goal, played by the stand-in, with no terminal: it says how to approve
+        # and waits; the command it names approves, and the demo follows it to the end.
+        with subprocess.Popen(
+            [sys.executable, "-m", "longrun.cli", "demo", "--wait", "200"],
             cwd=tmp_path,
             env=env,
-            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
-            timeout=240,
-        )
-        assert demo.returncode == 0, demo.stdout + demo.stderr
-        assert "approval needed" in demo.stdout
-        assert "status: completed" in demo.stdout
-        assert "prints: passed" in demo.stdout
+        ) as demo:
+            assert demo.stdout is not None
+            shown = []
+            for line in demo.stdout:
+                shown.append(line)
+                if "longrun approve" in line:
+                    break
+            assert "waiting up to" in "".join(shown), shown
+            command = shown[-1].split()  # .venv/bin/longrun approve RUN APPROVAL [--api-url]
+            assert command[1:2] == ["approve"], shown
+            approved = subprocess.run(
+                [sys.executable, "-m", "longrun.cli", *command[1:]],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert approved.returncode == 0, approved.stdout + approved.stderr
+            rest = demo.stdout.read()
+            assert demo.wait(200) == 0, "".join(shown) + rest
+        assert "status: completed" in rest and "prints: passed" in rest
     finally:
         stack.send_signal(signal.SIGINT)
         code = stack.wait(60)

@@ -6,7 +6,6 @@ import asyncio
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -73,7 +72,6 @@ async def test_worker_killed_mid_run_finishes_each_step_once(
     tmp_path: Path,
 ) -> None:
     effects.hold_first.add("slow")
-    tag = uuid.uuid4().hex[:12]
     first = start_worker(settings, tmp_path)
     second: subprocess.Popen[bytes] | None = None
     try:
@@ -87,7 +85,6 @@ async def test_worker_killed_mid_run_finishes_each_step_once(
                 {"id": "reflect", "model": {"prompt": "crash model two"}},
                 _post(effects, "c"),
             ],
-            labels={"crash": tag},
         )
         for _ in range(600):
             if effects.arrivals.get("slow"):
@@ -113,12 +110,6 @@ async def test_worker_killed_mid_run_finishes_each_step_once(
     assert len(standin.calls("crash model one")) == 1
     assert len(standin.calls("crash model two")) == 1
     assert run["steps"][3]["attempts"] == 2
-    # The run met the worker's loss (a step tried twice) and still completed: recovered,
-    # in its own figures and in task metrics.
-    assert run["figures"]["retried_steps"] == 1
-    metrics = (await api.get("/v1/metrics", params={"label": f"crash:{tag}"})).json()
-    assert metrics["runs"]["completed"] == 1
-    assert metrics["met_failure"] == 1 and metrics["recovery_rate"] == 1.0
 
 
 @pytest.fixture

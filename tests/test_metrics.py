@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,72 +18,170 @@ from temporalio.worker import Worker
 from api.app import create_app
 from longrun.dev.stack import ServerThread, free_port
 from longrun.settings import Settings
-from tests.helpers import Poll, start_worker, stop_processes, submit
+from tests.helpers import Poll, StandIn, start_worker, stop_processes, submit
+
+
+class Service:
+    """A local HTTP service: `/flaky` fails once, then answers; `/held` keeps its first
+    caller waiting (the worker that sent it dies meanwhile), then answers at once."""
+
+    def __init__(self) -> None:
+        self.tries: dict[str, int] = {}
+        app = FastAPI()
+
+        @app.get("/flaky")
+        async def flaky() -> JSONResponse:
+            n = self.tries["flaky"] = self.tries.get("flaky", 0) + 1
+            return JSONResponse({"n": n}, status_code=503 if n == 1 else 200)
+
+        @app.get("/held")
+        async def held() -> dict[str, int]:
+            n = self.tries["held"] = self.tries.get("held", 0) + 1
+            if n == 1:
+                await asyncio.sleep(60)
+            return {"n": n}
+
+        self.server = ServerThread(app)
+
+
+def _eager(rule: dict[str, Any]) -> dict[str, Any]:
+    return {"match": "metrics-eager", "role": "act", "times": 1, **rule}
+
+
+# A goal-only run whose agent says it did the step without doing it (the judge finds no
+# evidence), then claims the goal met before it is, and only then does the work.
+EAGER = [
+    {
+        "match": "metrics-eager",
+        "role": "plan",
+        "json": {"steps": [{"id": "w", "intent": "write x.txt", "expected_evidence": "x.txt"}]},
+    },
+    {
+        "match": "metrics-eager",
+        "role": "judge",
+        "times": 1,
+        "json": {"passed": False, "reason": "nothing shows x.txt was written"},
+    },
+    _eager({"reply": "wrote x.txt"}),
+    _eager({"tool_calls": [{"name": "finish", "arguments": {"summary": "done already"}}]}),
+    _eager(
+        {"tool_calls": [{"name": "write_file", "arguments": {"path": "x.txt", "content": "x"}}]}
+    ),
+    _eager({"tool_calls": [{"name": "finish", "arguments": {"summary": "now it is written"}}]}),
+]
 
 
 async def test_metrics_add_up_what_runs_recorded(
-    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+    api: httpx.AsyncClient,
+    settings: Settings,
+    standin: StandIn,
+    wait_run: Poll,
+    tmp_path: Path,
 ) -> None:
     tag = uuid.uuid4().hex[:12]
     labels = {"labels": {"metrics": tag}}
     since = datetime.now(UTC).isoformat()
-    tries: dict[str, int] = {}
-    app = FastAPI()
-
-    @app.get("/flaky")
-    async def flaky() -> JSONResponse:  # fails once, then answers
-        tries["n"] = tries.get("n", 0) + 1
-        return JSONResponse({"n": tries["n"]}, status_code=503 if tries["n"] == 1 else 200)
-
-    with ServerThread(app) as server:
-        done = await submit(api, [{"id": "a", "tool": "echo"}], **labels)
-        failed = await submit(
-            api, [{"id": "x", "tool": "read_file", "args": {"path": "nope"}}], **labels
+    runs: dict[str, Any] = {}
+    service = Service()
+    first = start_worker(settings, tmp_path)
+    second = None
+    try:
+        with service.server:
+            # Recovered after a worker kill: the worker dies during a step, another takes over.
+            crashed = await submit(
+                api,
+                [
+                    {
+                        "id": "held",
+                        "tool": "http_request",
+                        "args": {"url": f"{service.server.url}/held"},
+                    }
+                ],
+                **labels,
+            )
+            for _ in range(600):
+                if service.tries.get("held"):
+                    break
+                await asyncio.sleep(0.05)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            second = start_worker(settings, tmp_path)
+            runs[crashed] = await wait_run(crashed, timeout_s=120)
+            # Completed; failed; a step that failed once and was retried.
+            done = await submit(api, [{"id": "a", "tool": "echo"}], **labels)
+            failed = await submit(
+                api, [{"id": "x", "tool": "read_file", "args": {"path": "nope"}}], **labels
+            )
+            retried = await submit(
+                api,
+                [
+                    {
+                        "id": "get",
+                        "tool": "http_request",
+                        "args": {"url": f"{service.server.url}/flaky"},
+                        "retry": {"max_attempts": 3, "initial_interval_s": 0.1},
+                    }
+                ],
+                **labels,
+            )
+            for run_id in (done, failed, retried):
+                runs[run_id] = await wait_run(run_id)
+        # Paused on its budget, raised by a person, completed.
+        budget = await submit(
+            api,
+            [{"id": "b1", "tool": "echo"}, {"id": "b2", "tool": "echo", "depends_on": ["b1"]}],
+            budget={"max_tool_calls": 1},
+            **labels,
         )
-        retried = await submit(
+        await wait_run(budget, lambda r: r["pause_reason"] == "budget")
+        raised = await api.post(f"/v1/runs/{budget}/budget", json={"max_tool_calls": 5})
+        assert raised.status_code == 202
+        # Approved by a person; paused and resumed by one.
+        gated = await submit(
             api,
             [
-                {
-                    "id": "get",
-                    "tool": "http_request",
-                    "args": {"url": f"{server.url}/flaky"},
-                    "retry": {"max_attempts": 3, "initial_interval_s": 0.1},
-                }
+                {"id": "g", "approval": {"message": "ok?"}},
+                {"id": "e", "tool": "echo", "depends_on": ["g"]},
             ],
             **labels,
         )
-        for run_id in (done, failed, retried):
-            await wait_run(run_id)
-    # Paused on its budget, raised by a person, completed.
-    budget = await submit(
-        api,
-        [{"id": "b1", "tool": "echo"}, {"id": "b2", "tool": "echo", "depends_on": ["b1"]}],
-        budget={"max_tool_calls": 1},
-        **labels,
-    )
-    await wait_run(budget, lambda r: r["pause_reason"] == "budget")
-    assert (
-        await api.post(f"/v1/runs/{budget}/budget", json={"max_tool_calls": 5})
-    ).status_code == 202
-    # Approved by a person; paused and resumed by one.
-    gated = await submit(
-        api,
-        [
-            {"id": "g", "approval": {"message": "ok?"}},
-            {"id": "e", "tool": "echo", "depends_on": ["g"]},
-        ],
-        **labels,
-    )
-    await wait_run(gated, lambda r: r["status"] == "waiting_approval")
-    assert (await api.post(f"/v1/runs/{gated}/pause", json={})).status_code == 202
-    assert (
-        await api.post(f"/v1/runs/{gated}/approvals/apr-g", json={"decision": "approve"})
-    ).status_code == 202
-    await wait_run(gated, lambda r: r["pause_reason"] == "requested")
-    assert (await api.post(f"/v1/runs/{gated}/resume", json={})).status_code == 202
-    runs: dict[str, Any] = {}
-    for run_id in (done, failed, retried, budget, gated):
-        runs[run_id] = await wait_run(run_id)
+        await wait_run(gated, lambda r: r["status"] == "waiting_approval")
+        assert (await api.post(f"/v1/runs/{gated}/pause", json={})).status_code == 202
+        approved = await api.post(f"/v1/runs/{gated}/approvals/apr-g", json={"decision": "approve"})
+        assert approved.status_code == 202
+        await wait_run(gated, lambda r: r["pause_reason"] == "requested")
+        assert (await api.post(f"/v1/runs/{gated}/resume", json={})).status_code == 202
+        # A goal-only run that claimed the goal met too early, was told so, and finished.
+        standin.scenario(EAGER)
+        eager = (
+            await api.post(
+                "/v1/runs",
+                json={
+                    "goal": "metrics-eager: write x.txt",
+                    "acceptance": [
+                        {
+                            "id": "file",
+                            "check": {
+                                "tool": "read_file",
+                                "args": {"path": "x.txt"},
+                                "expect": {"contains": "x"},
+                            },
+                        }
+                    ],
+                    "tools": ["write_file"],
+                    **labels,
+                },
+            )
+        ).json()["run_id"]
+        for run_id in (budget, gated, eager):
+            runs[run_id] = await wait_run(run_id)
+    finally:
+        stop_processes(first, second)
+
+    # What each run recorded, as the hand-computed figures below assume.
+    assert {r["status"] for k, r in runs.items() if k != failed} == {"completed"}
+    assert runs[failed]["status"] == "failed"
+    assert runs[crashed]["figures"]["retried_steps"] == 1  # the worker's loss
     assert runs[retried]["figures"]["retried_steps"] == 1
     assert runs[budget]["figures"] | {} == {
         **runs[budget]["figures"],
@@ -90,25 +189,32 @@ async def test_metrics_add_up_what_runs_recorded(
         "budget_changes": 1,
     }
     assert runs[gated]["figures"]["approvals"] == 1 and runs[gated]["figures"]["resumes"] == 1
+    eager_figures = runs[eager]["figures"]
+    assert eager_figures["premature_completions"] == 1 and eager_figures["replans"] == 0
 
     metrics = (
         await api.get("/v1/metrics", params={"since": since, "label": f"metrics:{tag}"})
     ).json()
-    assert metrics["runs"] == {"completed": 4, "failed": 1, "cancelled": 0, "ended": 5, "live": 0}
-    assert metrics["success_rate"] == 0.8
-    # Met a failure: the retried step and the budget pause; both still completed.
-    assert metrics["met_failure"] == 2 and metrics["recovery_rate"] == 1.0
+    assert metrics["runs"] == {"completed": 6, "failed": 1, "cancelled": 0, "ended": 7, "live": 0}
+    assert metrics["success_rate"] == round(6 / 7, 4)
+    # Met a failure: the worker's loss, the retried step and the budget pause; all completed.
+    assert metrics["met_failure"] == 3 and metrics["recovery_rate"] == 1.0
     assert metrics["interventions"] == {
         "approvals": 1,
         "guidance": 0,
         "budget_changes": 1,
         "resumes": 1,
     }
-    assert metrics["interventions_per_run"] == 0.6  # 3 over 5 runs
+    assert metrics["interventions_per_run"] == round(3 / 7, 4)
     durations = sorted(r["usage"]["duration_s"] for r in runs.values())
     assert metrics["duration_s"]["p50"] is not None and metrics["runs_without_figures"] == 0
     assert metrics["duration_s"]["p95"] <= durations[-1] + 1
+    # Drift: one premature completion in 7 runs, no replans.
+    assert metrics["drift"]["premature_completions_per_run"] == round(1 / 7, 4)
     assert metrics["drift"]["replans_per_run"] == 0.0
+    # Its one step verification failed; the claims of completion went to the acceptance checks.
+    assert (eager_figures["verifications"], eager_figures["failed_verifications"]) == (1, 1)
+    assert metrics["drift"]["failed_verifications_per_verified_step"] == 1.0
     # An empty window, and a window the wrong way round.
     empty = (await api.get("/v1/metrics", params={"label": "metrics:nobody"})).json()
     assert empty["runs"]["ended"] == 0 and empty["success_rate"] is None
@@ -137,7 +243,7 @@ async def test_a_worker_serves_prometheus_metrics_with_longruns_own(
         stop_processes(worker)
     ended = [line for line in text.splitlines() if line.startswith("longrun_runs_ended")]
     assert ended and 'outcome="completed"' in ended[0] and ended[0].endswith(" 1"), text[:2000]
-    assert "longrun_run_duration" in text
+    assert "longrun_run_duration" in text and "longrun_premature_completions" in text
     assert "temporal_workflow_completed" in text  # the SDK's own worker metrics
 
 

@@ -309,6 +309,14 @@ def _count_end(status: str, figures: RunFigures, cost_usd: float, duration_s: fl
     )
     meter.create_histogram_float("longrun_run_duration", "run duration", "s").record(duration_s)
     meter.create_histogram_float("longrun_run_cost", "run cost", "usd").record(cost_usd)
+    # Drift, as the task metrics have it: each a count, so rates come from PromQL.
+    for name, help_text in [
+        ("verifications", "an agent's step verifications"),
+        ("failed_verifications", "an agent's step verifications that failed"),
+        ("premature_completions", "claims of the goal met while a criterion failed"),
+        ("replans", "plans an agent made again"),
+    ]:
+        meter.create_counter(f"longrun_{name}", help_text).add(getattr(figures, name))
 
 
 def _refuse(refusal: tuple[str, str] | None) -> None:
