@@ -14,9 +14,9 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from activities import activities_for
 from activities.artifacts import ArtifactStore, store_for
 from activities.endpoint import model_problem
+from activities.hosting import activities_for
 from longrun.contracts import RUN_ID_PATTERN
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing

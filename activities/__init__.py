@@ -1,42 +1,5 @@
-"""Everything that touches the world: model calls and tools, as Temporal activities."""
+"""Everything that touches the world: model calls and tools, as Temporal activities.
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from typing import Any
-
-from activities.keeping import KeepActivities
-from activities.memory import MemoryActivities
-from activities.model import ModelActivities
-from activities.tools import REGISTRY, build_tool_activities
-from activities.verify import VerifyActivities
-from activities.webhooks import WebhookActivities
-from longrun.settings import Settings
-
-
-@asynccontextmanager
-async def activities_for(settings: Settings) -> AsyncIterator[list[Callable[..., Any]]]:
-    """Every activity a longrun worker hosts, bound to `settings`; closes clients on exit."""
-    model = ModelActivities(settings)
-    verify = VerifyActivities(settings, model)
-    memory = MemoryActivities(settings)
-    keep = KeepActivities(settings)
-    webhooks = WebhookActivities(settings)
-    try:
-        yield [
-            model.complete,
-            model.plan,
-            model.act,
-            model.compact,
-            verify.step,
-            verify.acceptance,
-            memory.write,
-            memory.recall,
-            keep.keep,
-            webhooks.deliver,
-            *build_tool_activities(settings),
-        ]
-    finally:
-        await model.aclose()
-
-
-__all__ = ["REGISTRY", "ModelActivities", "activities_for"]
+Import the module you need (`activities.tools`, `activities.artifacts`, ...): this package
+imports nothing, so a process that needs the tool catalogue does not load the model client.
+`activities.hosting` gathers what a worker hosts."""

@@ -13,14 +13,11 @@ import re
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
 from temporalio import activity
 
 from activities.errors import fatal, reported_with_attempt
-from activities.tools.registry import ToolContext, tool
-from longrun.contracts import Note, NoteWrite, Recall, RecallRequest, SideEffect
+from longrun.contracts import Note, NoteWrite, Recall, RecallRequest
 from longrun.settings import Settings
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -92,18 +89,3 @@ class MemoryActivities:
         with reported_with_attempt():
             notes = await asyncio.to_thread(self._journal.search, req.run_id, req.query, req.k)
             return Recall(notes=notes)
-
-
-class NoteArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    text: str = Field(min_length=1, max_length=2000)
-    kind: Literal["fact", "decision", "question"] = "fact"
-
-
-@tool("note", args=NoteArgs, side_effect=SideEffect.READ_ONLY)
-async def note(args: NoteArgs, ctx: ToolContext) -> dict[str, Any]:
-    """Keep a fact, decision or open question in the run's journal for later steps."""
-    journal = Journal.of(ctx.settings)
-    await asyncio.to_thread(journal.add, ctx.run_id, args.kind, ctx.step_id, args.text)
-    return {"kept": args.kind}

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter
 from temporalio.client import WorkflowHandle
 
 from api.archive import archived
+from longrun import wire
 from longrun.contracts import EventPage, EventsQuery, RunEvent
 from longrun.settings import Settings
 
@@ -53,7 +54,7 @@ class EventFeed:
                 return shared.model_copy(update={"events": events})
             self._queried.inc()
             page: EventPage = await handle.query(
-                "events",
+                wire.EVENTS,
                 EventsQuery(after=after),
                 result_type=EventPage,
                 rpc_timeout=_timeout(),

@@ -59,14 +59,15 @@ with workflow.unsafe.imports_passed_through():
     # Safe to pass through: no I/O at import, and the bare workflow only reads constants.
     # It also spares the sandbox re-importing all of this for every bare run, a cost the
     # longrun side does not pay either (workflows/run.py passes its imports through too).
-    from activities import REGISTRY
+    from activities.tools import REGISTRY
+    from longrun.attributes import STATUS_ATTRIBUTE
     from longrun.contracts import Plan, RunConfig, RunInput, Step
     from longrun.dev.stack import TemporalDevServer, free_port
     from longrun.plans import normalize_plan
     from longrun.settings import Settings
     from longrun.temporal import connect
     from worker import serving
-    from workflows import STATUS_ATTRIBUTE, RunWorkflow
+    from workflows import RunWorkflow
     from workflows.common import TOOL_HEARTBEAT_TIMEOUT, TOOL_TIMEOUT, retry_policy
 
 # The policy longrun gives a tool step without its own `retry`.

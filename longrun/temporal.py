@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import logging
 
-from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.failure.v1 import Failure
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
@@ -21,33 +20,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError, RPCStatusCode
 
+from longrun.attributes import SEARCH_ATTRIBUTES
 from longrun.settings import Settings
-
-# Custom search attributes the run workflow publishes, for listing and filtering runs.
-SEARCH_ATTRIBUTES = {
-    "LongrunStatus": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-    "LongrunLabels": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST,
-    "LongrunPhase": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-    "LongrunStepsDone": IndexedValueType.INDEXED_VALUE_TYPE_INT,
-    "LongrunStepsTotal": IndexedValueType.INDEXED_VALUE_TYPE_INT,
-    "LongrunCostUsd": IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE,
-    "LongrunPendingApprovals": IndexedValueType.INDEXED_VALUE_TYPE_INT,
-}
-# As the `temporal` CLI names the types (`--search-attribute Name=Type`).
-_CLI_TYPES = {
-    IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD: "Keyword",
-    IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST: "KeywordList",
-    IndexedValueType.INDEXED_VALUE_TYPE_INT: "Int",
-    IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE: "Double",
-}
-
-
-def search_attribute_flags() -> list[str]:
-    """`temporal server start-dev` arguments that register longrun's search attributes."""
-    flags: list[str] = []
-    for name, kind in SEARCH_ATTRIBUTES.items():
-        flags += ["--search-attribute", f"{name}={_CLI_TYPES[kind]}"]
-    return flags
 
 
 class ShortFailureConverter(DefaultFailureConverter):

@@ -1,9 +1,11 @@
 """The house rules of the code's layout: imports run one way and nothing imports in a
-circle, type-checking imports included."""
+circle, type-checking imports included; the API loads only what it uses."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
@@ -73,9 +75,23 @@ def test_imports_run_one_way() -> None:
         for dep in deps:
             if layer(dep) == "api" and layer(module) != "api":
                 wrong.append(f"{module} -> {dep}: nothing imports api")
-            if layer(dep) == "workflows" and layer(module) not in ("workflows", "api", "worker"):
-                wrong.append(f"{module} -> {dep}: only api and the worker use workflows")
+            if layer(dep) == "workflows" and layer(module) not in ("workflows", "worker"):
+                wrong.append(f"{module} -> {dep}: only the worker hosts workflows")
             dev = dep == "longrun.dev" or dep.startswith("longrun.dev.")
             if dev and layer(module) in ("workflows", "activities", "api"):
                 wrong.append(f"{module} -> {dep}: local tooling stays out of the service")
     assert wrong == []
+
+
+def test_the_api_loads_neither_the_model_client_nor_the_workflows() -> None:
+    # It calls runs by their wire names (longrun/wire.py) and lists tools from the
+    # registry; the model client and the workflow code are the worker's.
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, api.app; print(*sorted(sys.modules))"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert "openai" not in loaded
+    assert [m for m in loaded if m == "workflows" or m.startswith("workflows.")] == []

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from activities import REGISTRY
+from activities.tools import REGISTRY
 from longrun.contracts import Plan
 from longrun.plans import ReferenceError_, dependencies, normalize_plan, resolve, validate_plan
 

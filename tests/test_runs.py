@@ -14,10 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from longrun.dev.stack import ServerThread
-from longrun.settings import Settings
-from tests.helpers import Poll, StandIn, submit
-from workflows.status import (
+from longrun.attributes import (
     COST_ATTRIBUTE,
     PENDING_ATTRIBUTE,
     PHASE_ATTRIBUTE,
@@ -25,6 +22,9 @@ from workflows.status import (
     STEPS_DONE_ATTRIBUTE,
     STEPS_TOTAL_ATTRIBUTE,
 )
+from longrun.dev.stack import ServerThread
+from longrun.settings import Settings
+from tests.helpers import Poll, StandIn, submit
 
 
 async def test_plan_with_approval_completes(

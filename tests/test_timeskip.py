@@ -13,7 +13,7 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from activities import REGISTRY
+from activities.tools import REGISTRY
 from longrun.contracts import ApprovalDecision, Plan, RunConfig, RunInput, RunResult, Step
 from longrun.plans import normalize_plan
 from longrun.settings import Settings

@@ -27,6 +27,8 @@ from workflows.scheduler import PlanScheduler
 from workflows.status import TemporalDisplay
 
 with workflow.unsafe.imports_passed_through():
+    from longrun import wire
+
     # Safe to pass through: pydantic models, no I/O at import. Passing them through keeps
     # one class identity for the pydantic data converter.
     from longrun.contracts import (
@@ -62,7 +64,7 @@ FIGURES_MEMO_PATCH = "figures-memo"
 
 # Invalid data met inside the workflow fails the run with its message instead of retrying
 # the workflow task forever; other exceptions (bugs) still retry, so a fix can rescue runs.
-@workflow.defn(name="longrun.Run", failure_exception_types=[ValidationError])
+@workflow.defn(name=wire.RUN_WORKFLOW, failure_exception_types=[ValidationError])
 class RunWorkflow:
     """One run: plan steps as activities, approval gates, durable waits, queryable state."""
 
@@ -79,23 +81,23 @@ class RunWorkflow:
 
     # --- handlers ---------------------------------------------------------------------------
 
-    @workflow.query(name="status")
+    @workflow.query(name=wire.STATUS)
     def status(self) -> RunState:
         """Where the run stands: steps, approvals, usage, result."""
         return self._p.status.state()
 
-    @workflow.query(name="step")
+    @workflow.query(name=wire.STEP)
     def step(self, query: StepQuery) -> StepState | None:
         """One step in full, output included; None if the run has no such step (an agent's
         tool calls from earlier history segments are not kept)."""
         return self._p.steps.by_id.get(query.step_id)
 
-    @workflow.query(name="events")
+    @workflow.query(name=wire.EVENTS)
     def events(self, query: EventsQuery) -> EventPage:
         """The run's events after `query.after`, oldest first (see workflows/events.py)."""
         return self._p.events.page(query)
 
-    @workflow.query(name="audit")
+    @workflow.query(name=wire.AUDIT)
     def audit(self) -> AuditTrail:
         """Every decision about the run, oldest first."""
         audit = self._p.audit
@@ -104,12 +106,12 @@ class RunWorkflow:
     # Requests people send (the API gives each an id and reads its outcome back): the
     # first of competing requests is taken, every other one refused, saying why.
 
-    @workflow.query(name="outcome")
+    @workflow.query(name=wire.OUTCOME)
     def outcome(self, request_id: str) -> RequestOutcome | None:
         """Whether the run took a request, and if not, why; None if it has not seen it."""
         return self._p.requests.outcome(request_id)
 
-    @workflow.signal(name="pause")
+    @workflow.signal(name=wire.PAUSE)
     def pause(self, request: ControlRequest) -> None:
         """Stop before the next model or tool call (the call in flight finishes)."""
         ledger = self._p.ledger
@@ -120,7 +122,7 @@ class RunWorkflow:
             request.request_id, ledger.pause_refusal(), partial(ledger.pause, request)
         )
 
-    @workflow.signal(name="resume")
+    @workflow.signal(name=wire.RESUME)
     def resume(self, request: ControlRequest) -> None:
         """Lift a pause a person asked for, or one for an unavailable model (a budget pause
         needs a bigger budget)."""
@@ -132,7 +134,7 @@ class RunWorkflow:
             request.request_id, ledger.resume_refusal(), partial(ledger.resume, request)
         )
 
-    @workflow.signal(name="set_budget")
+    @workflow.signal(name=wire.SET_BUDGET)
     def set_budget(self, change: BudgetChange) -> None:
         """Change limits; a run paused for its budget resumes once nothing is exhausted."""
         take = partial(self._p.ledger.set_limits, change.limits, change.actor)
@@ -141,13 +143,13 @@ class RunWorkflow:
             return
         self._p.requests.handle(change.request_id, None, take)
 
-    @workflow.signal(name="cancelling")
+    @workflow.signal(name=wire.CANCELLING)
     def cancelling(self, note: CancelNote) -> None:
         """Sent just before a cancel: who cancels, and whether completed steps are undone."""
         self._p.audit.record(note.actor, "cancel", "compensate" if note.compensate else None)
         self._p.undo.compensate_on_cancel = note.compensate
 
-    @workflow.signal(name="decide")
+    @workflow.signal(name=wire.DECIDE)
     def decide(self, decision: ApprovalDecision) -> None:
         """A person's decision on an approval request; the first decision wins, and the
         others are refused, naming it."""

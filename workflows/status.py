@@ -23,16 +23,17 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from longrun.attributes import (
+        COST_ATTRIBUTE,
+        PENDING_ATTRIBUTE,
+        PHASE_ATTRIBUTE,
+        STATUS_ATTRIBUTE,
+        STEPS_DONE_ATTRIBUTE,
+        STEPS_TOTAL_ATTRIBUTE,
+    )
     from longrun.contracts import LIVE_RUN_STATUSES, RunInput, RunState, RunStatusName
 
 STATUS_OUTPUT_CHARS = 500_000  # of all outputs in status together
-STATUS_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunStatus")
-LABELS_ATTRIBUTE = SearchAttributeKey.for_keyword_list("LongrunLabels")
-PHASE_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunPhase")
-STEPS_DONE_ATTRIBUTE = SearchAttributeKey.for_int("LongrunStepsDone")
-STEPS_TOTAL_ATTRIBUTE = SearchAttributeKey.for_int("LongrunStepsTotal")
-COST_ATTRIBUTE = SearchAttributeKey.for_float("LongrunCostUsd")
-PENDING_ATTRIBUTE = SearchAttributeKey.for_int("LongrunPendingApprovals")
 # Runs publish their progress as search attributes (patched, so older runs replay).
 PROGRESS_PATCH = "progress-attributes"
 # Each upsert is a history event: steps done, cost and phase are published at most this

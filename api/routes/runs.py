@@ -50,7 +50,8 @@ from api.schemas import (
     RunSummary,
     answers,
 )
-from longrun import secrets
+from longrun import secrets, wire
+from longrun.attributes import LABELS_ATTRIBUTE, STATUS_ATTRIBUTE
 from longrun.contracts import (
     FINAL_RUN_STATUSES,
     LABEL_KEY_PATTERN,
@@ -69,6 +70,7 @@ from longrun.contracts import (
     RunConfig,
     RunInput,
     RunRequest,
+    RunState,
     RunStatusName,
     StepQuery,
     StepState,
@@ -85,7 +87,6 @@ from longrun.plans import (
 )
 from longrun.policy import Policy
 from longrun.settings import Role, Settings
-from workflows import LABELS_ATTRIBUTE, STATUS_ATTRIBUTE, RunWorkflow
 
 # A label filter: a label key and value as runs carry them, joined by a colon.
 LabelFilter = Annotated[
@@ -102,7 +103,7 @@ QUERY_TIMEOUT = timedelta(seconds=20)
 # How long a request to a run (a decision, a pause...) may take to be taken or refused.
 REQUEST_WAIT_S = 20.0
 REQUEST_POLL_S = 0.05
-WORKFLOW_TYPE = "longrun.Run"
+WORKFLOW_TYPE = wire.RUN_WORKFLOW
 
 # Visibility filters for each run status. Final states come from Temporal's own status, so a
 # run terminated from outside still lists as failed; live ones from the run's search attribute.
@@ -165,10 +166,12 @@ def _status_of(desc: WorkflowExecutionDescription) -> RunStatusName:
     return run_status(desc.status, desc.typed_search_attributes.get(STATUS_ATTRIBUTE))
 
 
-async def _query(handle: WorkflowHandle[Any, Any], query: Any, *args: Any) -> Any:
+async def _query(
+    handle: WorkflowHandle[Any, Any], query: str, result_type: type, *args: Any
+) -> Any:
     """Ask the run's workflow; 503 when no worker answers in time."""
     try:
-        return await handle.query(query, *args, rpc_timeout=QUERY_TIMEOUT)
+        return await handle.query(query, *args, result_type=result_type, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as exc:
         if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
             raise HTTPException(
@@ -179,7 +182,7 @@ async def _query(handle: WorkflowHandle[Any, Any], query: Any, *args: Any) -> An
 
 async def query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
     """The run's `status` query as the API answers it (links left for the caller)."""
-    state = await _query(handle, RunWorkflow.status)
+    state = await _query(handle, wire.STATUS, RunState)
     return RunDetail.model_validate(
         {**state.model_dump(), "links": {"self": "", "temporal_ui": ""}}
     )
@@ -319,7 +322,7 @@ async def create_run(
     labels = [f"{k}:{v}" for k, v in sorted(body.labels.items())]
     try:
         await client.start_workflow(
-            RunWorkflow.run,
+            wire.RUN_WORKFLOW,
             inp.model_copy(update={"run_id": run_id, "owner": caller.name}),
             id=run_id,
             task_queue=settings.task_queue,
@@ -459,7 +462,7 @@ async def decide_approval(
     if approval_id not in known and approval_id not in state.approvals_archived:
         raise HTTPException(404, f"run '{run_id}' has no approval '{approval_id}'")
     ended = partial(_ended_decision, handle, run_id, approval_id)
-    await _ask(handle, run_id, RunWorkflow.decide, decision, ended=ended)
+    await _ask(handle, run_id, wire.DECIDE, decision, ended=ended)
     return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' taken")
 
 
@@ -482,7 +485,7 @@ async def _ended_decision(handle: WorkflowHandle[Any, Any], run_id: str, approva
 async def _ask(
     handle: WorkflowHandle[Any, Any],
     run_id: str,
-    signal: Any,
+    signal: str,
     request: Any,
     *,
     ended: Callable[[], Awaitable[None]] | None = None,
@@ -503,7 +506,10 @@ async def _ask(
     while True:
         try:
             outcome: RequestOutcome | None = await handle.query(
-                RunWorkflow.outcome, request.request_id, rpc_timeout=QUERY_TIMEOUT
+                wire.OUTCOME,
+                request.request_id,
+                result_type=RequestOutcome,
+                rpc_timeout=QUERY_TIMEOUT,
             )
         except RPCError as exc:  # no worker answered (yet): keep waiting until the deadline
             if exc.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
@@ -531,9 +537,7 @@ async def cancel_run(
     handle = await _live_run(client, run_id, caller, "cancel", others="admin")
     compensate = body.compensate if body else False
     try:
-        await handle.signal(
-            RunWorkflow.cancelling, CancelNote(actor=caller.name, compensate=compensate)
-        )
+        await handle.signal(wire.CANCELLING, CancelNote(actor=caller.name, compensate=compensate))
         await handle.cancel()
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:  # it ended since we looked
@@ -560,7 +564,7 @@ async def pause_run(
     run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
     """Pause a run: the call in flight finishes, then it waits for `resume`."""
-    return await _control(client, run_id, caller, body, "pause", RunWorkflow.pause)
+    return await _control(client, run_id, caller, body, "pause", wire.PAUSE)
 
 
 @router.post("/{run_id}/resume", status_code=202, responses=answers(404, 409))
@@ -568,7 +572,7 @@ async def resume_run(
     run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
 ) -> Accepted:
     """Resume a run paused on request (a budget pause needs a bigger budget)."""
-    return await _control(client, run_id, caller, body, "resume", RunWorkflow.resume)
+    return await _control(client, run_id, caller, body, "resume", wire.RESUME)
 
 
 async def _control(
@@ -577,7 +581,7 @@ async def _control(
     caller: Principal,
     body: ReasonRequest | None,
     action: str,
-    signal: Any,
+    signal: str,
 ) -> Accepted:
     handle = await _live_run(client, run_id, caller, action, others="approver")
     reason = body.reason if body else None
@@ -596,7 +600,7 @@ async def change_budget(
         raise _invalid(errors)
     handle = await _live_run(client, run_id, caller, "change the budget of", others="approver")
     change = BudgetChange(limits=body, actor=caller.name, request_id=_request_id())
-    await _ask(handle, run_id, RunWorkflow.set_budget, change)
+    await _ask(handle, run_id, wire.SET_BUDGET, change)
     return Accepted(run_id=run_id, detail="budget change taken")
 
 
@@ -604,7 +608,7 @@ async def change_budget(
 async def get_step(run_id: str, step_id: str, client: TemporalClient, caller: Reader) -> StepState:
     """One step in full, its whole output included (status previews big outputs)."""
     handle, _ = await describe_run(client, run_id)
-    state: StepState | None = await _query(handle, RunWorkflow.step, StepQuery(step_id=step_id))
+    state: StepState | None = await _query(handle, wire.STEP, StepState, StepQuery(step_id=step_id))
     if state is None:
         raise HTTPException(404, f"run '{run_id}' has no step '{step_id}' (or no longer keeps it)")
     return state
@@ -616,7 +620,7 @@ async def get_audit(
 ) -> AuditTrail:
     """Every decision about the run, oldest first: who, when, what and why."""
     handle, _ = await describe_run(client, run_id)
-    trail: AuditTrail = await _query(handle, RunWorkflow.audit)
+    trail: AuditTrail = await _query(handle, wire.AUDIT, AuditTrail)
     if trail.archived:  # a long run stored its earlier entries away
         earlier = await run_in_threadpool(archived, settings, run_id, trail.archived, "audit")
         trail.entries = [AuditEntry.model_validate(e) for e in earlier] + trail.entries

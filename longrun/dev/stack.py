@@ -22,8 +22,8 @@ import uvicorn
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
+from longrun.attributes import search_attribute_flags
 from longrun.settings import TEMPORAL_HTTP_API_OFFSET, Settings
-from longrun.temporal import search_attribute_flags
 
 STATE_DIR = Path(".longrun")
 # What the stand-in plays offline: the demo goal and the README's goal-only example.
