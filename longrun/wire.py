@@ -17,3 +17,6 @@ RESUME = "resume"
 SET_BUDGET = "set_budget"
 CANCELLING = "cancelling"
 DECIDE = "decide"
+
+# Memo: the artifact holding the status a run stored as it ended (workflows/final.py).
+FINAL_STATE_MEMO = "final_state"

@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from workflows.agent import AgentLoop
 from workflows.common import StepFailed
+from workflows.final import record_final
 from workflows.handover import HandOver
 from workflows.ledger import Ledger
 from workflows.parts import RunParts
@@ -229,6 +230,7 @@ class RunWorkflow:
             await self._end("failed", str(exc), compensate)
             raise ApplicationError(str(exc), type="RunFailed", non_retryable=True) from None
         self._finish("completed", None)
+        await record_final(p)
         await p.webhooks.settle()
         return RunResult(outputs=p.status.result or {})
 
@@ -269,6 +271,7 @@ class RunWorkflow:
                 self._p.status.result = outcome.model_dump()
         finally:
             self._finish(status, error)
+        await record_final(self._p)
         await self._p.webhooks.settle()
 
     def _finish(self, status: RunStatusName, error: str | None) -> None:

@@ -33,7 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
 from activities.tools.builtin import destination_refusal
-from api.archive import archived
+from api.archive import archived, final_state
 from api.attempts import show_retries
 from api.auth import Approver, Operator, Principal, Reader, Submitter
 from api.deps import Gateway, PolicyDep, SettingsDep, TemporalClient
@@ -186,6 +186,20 @@ async def query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
     return RunDetail.model_validate(
         {**state.model_dump(), "links": {"self": "", "temporal_ui": ""}}
     )
+
+
+async def _stored_state(
+    settings: Settings, run_id: str, desc: WorkflowExecutionDescription
+) -> RunDetail | None:
+    """The status an ended run stored as it ended; None if it has none or the store cannot
+    give it, and then the query answers."""
+    artifact = await desc.memo_value(wire.FINAL_STATE_MEMO, None)
+    if not isinstance(artifact, str):
+        return None
+    state = await run_in_threadpool(final_state, settings, run_id, artifact)
+    if state is None:
+        return None
+    return RunDetail.model_validate({**state, "links": {"self": "", "temporal_ui": ""}})
 
 
 def _invalid(errors: list[PlanError]) -> RequestValidationError:
@@ -414,11 +428,16 @@ async def list_runs(
 async def get_run(
     run_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> RunDetail:
-    """A run's status, steps, approvals, usage and result (from a workflow query)."""
+    """A run's status, steps, approvals, usage and result: of a live run from a workflow
+    query, of an ended one as it stored it when it ended (no replay)."""
     handle, desc = await describe_run(client, run_id)
-    detail = await query_state(handle)
-    detail.links = run_links(settings, run_id)
     final = _status_of(desc)
+    detail = None
+    if final in FINAL_RUN_STATUSES:
+        detail = await _stored_state(settings, run_id, desc)
+    if detail is None:
+        detail = await query_state(handle)
+    detail.links = run_links(settings, run_id)
     if final in FINAL_RUN_STATUSES and detail.status != final:
         # Ended from outside the workflow (terminated, timed out): Temporal has the last word.
         detail.status = final

@@ -1,0 +1,59 @@
+"""An ended run is read as it stored itself when it ended: no replay, so it answers with no
+worker at all; one ended from outside (terminated) falls back to the query."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+from temporalio.client import Client
+
+from longrun import wire
+from longrun.contracts import RunState
+from longrun.settings import Settings
+from tests.helpers import Poll, start_worker, stop_processes, submit
+
+
+def _comparable(run: dict[str, Any]) -> dict[str, Any]:
+    """A status without what moves on after the end (the run's age) or the API adds."""
+    usage = {k: v for k, v in run["usage"].items() if k != "duration_s"}
+    limits = {k: v for k, v in run["budget"]["limits"].items() if k != "max_duration_s"}
+    budget = {**run["budget"], "limits": limits}
+    return {**run, "usage": usage, "budget": budget, "links": None, "retrying": None}
+
+
+async def test_an_ended_run_answers_from_what_it_stored_without_a_worker(
+    api: httpx.AsyncClient, client: Client, settings: Settings, tmp_path: Path, wait_run: Poll
+) -> None:
+    worker = start_worker(settings, tmp_path)
+    try:
+        completed = await submit(api, [{"id": "a", "tool": "echo", "args": {"value": 1}}])
+        failed = await submit(api, [{"id": "x", "tool": "read_file", "args": {"path": "no"}}])
+        cancelled = await submit(api, [{"id": "w", "wait": {"seconds": 600}}])
+        terminated = await submit(api, [{"id": "t", "wait": {"seconds": 600}}])
+        await wait_run(cancelled, lambda r: r["steps"][0]["status"] == "running")
+        assert (await api.post(f"/v1/runs/{cancelled}/cancel", json={})).status_code == 202
+        await wait_run(terminated, lambda r: r["steps"][0]["status"] == "running")
+        await client.get_workflow_handle(terminated).terminate("from outside")
+        ended = {run_id: await wait_run(run_id) for run_id in (completed, failed, cancelled)}
+        assert [r["status"] for r in ended.values()] == ["completed", "failed", "cancelled"]
+        # What the API answers is what the run's own query answers.
+        for run_id, run in ended.items():
+            desc = await client.get_workflow_handle(run_id).describe()
+            assert await desc.memo_value(wire.FINAL_STATE_MEMO, None)
+            queried = await client.get_workflow_handle(run_id).query(
+                wire.STATUS, result_type=RunState
+            )
+            as_queried = {**queried.model_dump(mode="json"), "links": None, "retrying": None}
+            assert _comparable(run) == _comparable(as_queried)
+    finally:
+        stop_processes(worker)
+
+    # No worker: an ended run's status needs none, a terminated one's needs the query.
+    for run_id, run in ended.items():
+        again = await api.get(f"/v1/runs/{run_id}")
+        assert again.status_code == 200, again.text
+        assert _comparable(again.json()) == _comparable(run)
+    unstored = await api.get(f"/v1/runs/{terminated}")
+    assert unstored.status_code == 503
