@@ -19,7 +19,9 @@ async def test_the_inbox_lists_what_waits_for_a_person_across_runs(
         "tool": "http_request",
         "args": {"method": "POST", "url": "http://127.0.0.1:9/hook", "body": {"n": 1}},
     }
+    # One after the other, so their requests are in a known order (oldest first).
     gated = await submit(api, [post], labels={"inbox": tag})
+    await wait_run(gated, lambda r: r["status"] == "waiting_approval")
     message = await submit(
         api, [{"id": "ok", "approval": {"message": "ship it?"}}], labels={"inbox": tag}
     )

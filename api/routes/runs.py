@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import httpx
 from fastapi import APIRouter, Header, HTTPException, Query
@@ -21,8 +21,10 @@ from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowQueryRejectedError,
 )
 from temporalio.common import (
+    QueryRejectCondition,
     SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
@@ -137,10 +139,9 @@ def run_status(status: WorkflowExecutionStatus | None, live: str | None) -> RunS
         WorkflowExecutionStatus.TIMED_OUT,
     ):
         return "failed"
-    if live == "waiting_approval":
-        return "waiting_approval"
-    if live == "paused":
-        return "paused"
+    # A run that recorded its end stores its final status and sends webhooks, then closes.
+    if live in FINAL_RUN_STATUSES or live in ("waiting_approval", "paused"):
+        return cast(RunStatusName, live)
     return "running"
 
 
@@ -167,11 +168,21 @@ def _status_of(desc: WorkflowExecutionDescription) -> RunStatusName:
 
 
 async def _query(
-    handle: WorkflowHandle[Any, Any], query: str, result_type: type, *args: Any
+    handle: WorkflowHandle[Any, Any],
+    query: str,
+    result_type: type,
+    *args: Any,
+    reject_condition: QueryRejectCondition | None = None,
 ) -> Any:
     """Ask the run's workflow; 503 when no worker answers in time."""
     try:
-        return await handle.query(query, *args, result_type=result_type, rpc_timeout=QUERY_TIMEOUT)
+        return await handle.query(
+            query,
+            *args,
+            result_type=result_type,
+            reject_condition=reject_condition,
+            rpc_timeout=QUERY_TIMEOUT,
+        )
     except RPCError as exc:
         if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
             raise HTTPException(
@@ -182,10 +193,20 @@ async def _query(
 
 async def query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
     """The run's `status` query as the API answers it (links left for the caller)."""
-    state = await _query(handle, wire.STATUS, RunState)
-    return RunDetail.model_validate(
-        {**state.model_dump(), "links": {"self": "", "temporal_ui": ""}}
-    )
+    return _detail(await _query(handle, wire.STATUS, RunState))
+
+
+async def _open_state(client: Client, run_id: str) -> RunDetail | None:
+    """The `status` query of a run that is open; None if it is closed (Temporal refuses
+    the query rather than have a worker replay the run)."""
+    handle = client.get_workflow_handle(run_id)
+    try:
+        state = await _query(
+            handle, wire.STATUS, RunState, reject_condition=QueryRejectCondition.NOT_OPEN
+        )
+    except WorkflowQueryRejectedError:
+        return None
+    return _detail(state)
 
 
 async def _stored_state(
@@ -197,9 +218,13 @@ async def _stored_state(
     if not isinstance(artifact, str):
         return None
     state = await run_in_threadpool(final_state, settings, run_id, artifact)
-    if state is None:
-        return None
-    return RunDetail.model_validate({**state, "links": {"self": "", "temporal_ui": ""}})
+    return None if state is None else _detail(state)
+
+
+def _detail(state: RunState | dict[str, Any]) -> RunDetail:
+    """A run's status as the API answers it (links left for the caller)."""
+    fields = state.model_dump() if isinstance(state, RunState) else state
+    return RunDetail.model_validate({**fields, "links": {"self": "", "temporal_ui": ""}})
 
 
 def _invalid(errors: list[PlanError]) -> RequestValidationError:
@@ -430,12 +455,25 @@ async def get_run(
 ) -> RunDetail:
     """A run's status, steps, approvals, usage and result: of a live run from a workflow
     query, of an ended one as it stored it when it ended (no replay)."""
-    handle, desc = await describe_run(client, run_id)
+    if not RUN_ID.match(run_id):
+        raise HTTPException(404, f"no run '{run_id}'")
+    # Both at once, so a live run costs one round trip; a closed run refuses the query
+    # at once instead of replaying its history.
+    described, queried = await asyncio.gather(
+        describe_run(client, run_id), _open_state(client, run_id), return_exceptions=True
+    )
+    if isinstance(described, BaseException):
+        raise described
+    handle, desc = described
     final = _status_of(desc)
     detail = None
     if final in FINAL_RUN_STATUSES:
         detail = await _stored_state(settings, run_id, desc)
-    if detail is None:
+    elif isinstance(queried, BaseException):
+        raise queried
+    elif queried is not None:
+        detail = queried
+    if detail is None:  # ended without a stored status, or in between the two calls
         detail = await query_state(handle)
     detail.links = run_links(settings, run_id)
     if final in FINAL_RUN_STATUSES and detail.status != final:
