@@ -14,6 +14,7 @@ from typing import Annotated, Any, cast
 import httpx
 from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
 from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 from temporalio.client import (
@@ -449,10 +450,10 @@ async def list_runs(
     )
 
 
-@router.get("/{run_id}", responses=answers(404))
+@router.get("/{run_id}", response_model=RunDetail, responses=answers(404))
 async def get_run(
     run_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
-) -> RunDetail:
+) -> Response:
     """A run's status, steps, approvals, usage and result: of a live run from a workflow
     query, of an ended one as it stored it when it ended (no replay)."""
     if not RUN_ID.match(run_id):
@@ -484,7 +485,9 @@ async def get_run(
         )
     elif final not in FINAL_RUN_STATUSES:
         show_retries(detail, desc)
-    return detail
+    # Serialized once here: the detail is validated already, and a long run's status is
+    # big enough that FastAPI's second validation and encoding would double the cost.
+    return Response(detail.model_dump_json(), media_type="application/json")
 
 
 @router.post("/{run_id}/approvals/{approval_id}", status_code=202, responses=answers(404, 409))
