@@ -470,11 +470,13 @@ async def get_run(
     detail = None
     if final in FINAL_RUN_STATUSES:
         detail = await _stored_state(settings, run_id, desc)
-    elif isinstance(queried, BaseException):
-        raise queried
-    elif queried is not None:
-        detail = queried
-    if detail is None:  # ended without a stored status, or in between the two calls
+    if detail is None and isinstance(queried, RunDetail):
+        detail = queried  # open: live, or storing its final status
+    if detail is None:
+        if isinstance(queried, BaseException) and final not in FINAL_RUN_STATUSES:
+            raise queried
+        # Closed without a stored status (from before, ended from outside), or closed
+        # between the two calls: the query replays it.
         detail = await query_state(handle)
     detail.links = run_links(settings, run_id)
     if final in FINAL_RUN_STATUSES and detail.status != final:
