@@ -28,10 +28,9 @@ from workflows.scheduler import PlanScheduler
 from workflows.status import TemporalDisplay
 
 with workflow.unsafe.imports_passed_through():
+    # Safe to pass through: pydantic models and constants, no I/O at import. Passing them
+    # through keeps one class identity for the pydantic data converter.
     from longrun import wire
-
-    # Safe to pass through: pydantic models, no I/O at import. Passing them through keeps
-    # one class identity for the pydantic data converter.
     from longrun.contracts import (
         ApprovalDecision,
         ApprovalRecord,
