@@ -1,7 +1,7 @@
 """Records runs stored away in the artifact store: at a hand-over (workflows/handover.py)
 earlier audit entries, which `GET /v1/runs/{id}/audit` reads in before the rest, and
 earlier events, which `GET /v1/runs/{id}/events` sends before the rest; at the end
-(workflows/final.py) the run's final status, which `GET /v1/runs/{id}` answers with."""
+(workflows/final.py) the run's final record, which reads of an ended run answer from."""
 
 from __future__ import annotations
 
@@ -34,12 +34,12 @@ def archived(
     return records
 
 
-def final_state(settings: Settings, run_id: str, artifact: str) -> dict[str, Any] | None:
-    """The status a run stored as it ended (blocking: a store read); None if the store
+def final_record(settings: Settings, run_id: str, artifact: str) -> dict[str, Any] | None:
+    """The record a run stored as it ended (blocking: a store read); None if the store
     cannot give it (pruned, unreachable), logged."""
     try:
-        state: dict[str, Any] = json.loads(store_for(settings).get(run_id, artifact))
+        record: dict[str, Any] = json.loads(store_for(settings).get(run_id, artifact))
     except (ApplicationError, OSError, ValueError) as exc:
-        log.warning("run %s: final status %s is unreadable: %s", run_id, artifact, exc)
+        log.warning("run %s: final record %s is unreadable: %s", run_id, artifact, exc)
         return None
-    return state
+    return record

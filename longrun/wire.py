@@ -18,5 +18,6 @@ SET_BUDGET = "set_budget"
 CANCELLING = "cancelling"
 DECIDE = "decide"
 
-# Memo: the artifact holding the status a run stored as it ended (workflows/final.py).
-FINAL_STATE_MEMO = "final_state"
+# Memo: the artifact holding the record a run stored as it ended (workflows/final.py):
+# {"status": RunState, "audit"?: AuditTrail, "steps"?: {step id: StepState}}.
+FINAL_RECORD_MEMO = "final_record"

@@ -1,5 +1,6 @@
-"""An ended run is read as it stored itself when it ended: no replay, so it answers with no
-worker at all; one ended from outside (terminated) falls back to the query."""
+"""An ended run is read as it stored itself when it ended (status, steps, audit): no replay,
+so it answers with no worker at all; one ended from outside (terminated) falls back to the
+query."""
 
 from __future__ import annotations
 
@@ -38,10 +39,13 @@ async def test_an_ended_run_answers_from_what_it_stored_without_a_worker(
         await client.get_workflow_handle(terminated).terminate("from outside")
         ended = {run_id: await wait_run(run_id) for run_id in (completed, failed, cancelled)}
         assert [r["status"] for r in ended.values()] == ["completed", "failed", "cancelled"]
+        audits = {run_id: (await api.get(f"/v1/runs/{run_id}/audit")).json() for run_id in ended}
+        step = (await api.get(f"/v1/runs/{completed}/steps/a")).json()
+        assert step["output"] == {"value": 1}
         # What the API answers is what the run's own query answers.
         for run_id, run in ended.items():
             desc = await client.get_workflow_handle(run_id).describe()
-            assert await desc.memo_value(wire.FINAL_STATE_MEMO, None)
+            assert await desc.memo_value(wire.FINAL_RECORD_MEMO, None)
             queried = await client.get_workflow_handle(run_id).query(
                 wire.STATUS, result_type=RunState
             )
@@ -55,5 +59,10 @@ async def test_an_ended_run_answers_from_what_it_stored_without_a_worker(
         again = await api.get(f"/v1/runs/{run_id}")
         assert again.status_code == 200, again.text
         assert _comparable(again.json()) == _comparable(run)
+        trail = await api.get(f"/v1/runs/{run_id}/audit")
+        assert trail.status_code == 200 and trail.json() == audits[run_id]
+        assert "cancel" in [e["action"] for e in audits[cancelled]["entries"]]
+    assert (await api.get(f"/v1/runs/{completed}/steps/a")).json() == step
+    assert (await api.get(f"/v1/runs/{completed}/steps/zz")).status_code == 404
     unstored = await api.get(f"/v1/runs/{terminated}")
     assert unstored.status_code == 503

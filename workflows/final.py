@@ -1,9 +1,12 @@
-"""A run's final status, stored once it ends where the API reads it without replaying the
-run: the artifact store holds it whole, the memo names it (`final_state`). Without it (runs
-from before, a status too big, a store that did not answer, a run ended from outside) the
-API asks the `status` query, which replays the run's history."""
+"""A run's final record, stored once it ends where the API reads it without replaying the
+run: its status, its audit trail and its steps as the queries would answer them, whole in
+the artifact store, named in the memo (`final_record`). Without it (runs from before, a
+store that did not answer, a run ended from outside), or without the part asked for (left
+out to fit), the API asks the run's query, which replays its history."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -13,21 +16,39 @@ from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
     from longrun import wire
+    from longrun.contracts import AuditTrail
 
-FINAL_STATE_PATCH = "final-state"
-FINAL_STATE_MAX_BYTES = 1024 * 1024  # one `artifacts.keep` call's batch
+FINAL_RECORD_PATCH = "final-record"
+FINAL_RECORD_MAX_BYTES = 1024 * 1024  # one `artifacts.keep` call's batch
 
 
 async def record_final(parts: RunParts) -> None:
-    """Store the status as the run ended and name it in the memo."""
-    if not workflow.patched(FINAL_STATE_PATCH):
+    """Store the run as it ended and name the record in the memo."""
+    if not workflow.patched(FINAL_RECORD_PATCH):
         return
-    state = parts.status.state().model_dump(mode="json")
-    if stored.size(state) > FINAL_STATE_MAX_BYTES:
+    record = _record(parts)
+    if record is None:
         return
     try:
-        kept = await stored.keep(parts.inp.run_id, {"state": state})
+        kept = await stored.keep(parts.inp.run_id, {"record": record})
     except ActivityError as exc:  # the run has ended all the same; reads replay it
-        workflow.logger.warning("final status not stored: %s", exc.cause or exc)
+        workflow.logger.warning("final record not stored: %s", exc.cause or exc)
         return
-    workflow.upsert_memo({wire.FINAL_STATE_MEMO: kept["state"]["artifact"]})
+    workflow.upsert_memo({wire.FINAL_RECORD_MEMO: kept["record"]["artifact"]})
+
+
+def _record(parts: RunParts) -> dict[str, Any] | None:
+    """Status, audit and steps; the steps left out if the whole does not fit one call, then
+    the audit; None if the status alone does not."""
+    audit = parts.audit
+    trail = AuditTrail(run_id=parts.inp.run_id, entries=audit.entries, archived=audit.archived)
+    record: dict[str, Any] = {
+        "status": parts.status.state().model_dump(mode="json"),
+        "audit": trail.model_dump(mode="json"),
+        "steps": {k: s.model_dump(mode="json") for k, s in parts.steps.by_id.items()},
+    }
+    for left_out in ("steps", "audit"):
+        if stored.size(record) <= FINAL_RECORD_MAX_BYTES:
+            return record
+        del record[left_out]
+    return record if stored.size(record) <= FINAL_RECORD_MAX_BYTES else None

@@ -36,7 +36,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import REGISTRY
 from activities.tools.builtin import destination_refusal
-from api.archive import archived, final_state
+from api.archive import archived, final_record
 from api.attempts import show_retries
 from api.auth import Approver, Operator, Principal, Reader, Submitter
 from api.deps import Gateway, PolicyDep, SettingsDep, TemporalClient
@@ -210,16 +210,19 @@ async def _open_state(client: Client, run_id: str) -> RunDetail | None:
     return _detail(state)
 
 
-async def _stored_state(
-    settings: Settings, run_id: str, desc: WorkflowExecutionDescription
-) -> RunDetail | None:
-    """The status an ended run stored as it ended; None if it has none or the store cannot
-    give it, and then the query answers."""
-    artifact = await desc.memo_value(wire.FINAL_STATE_MEMO, None)
+async def _stored(
+    settings: Settings, run_id: str, desc: WorkflowExecutionDescription, part: str
+) -> Any:
+    """One part of the record an ended run stored as it ended (workflows/final.py); None
+    if the run is live, has no record or none with that part, or the store cannot give
+    it: then the run's query answers."""
+    if _status_of(desc) not in FINAL_RUN_STATUSES:
+        return None
+    artifact = await desc.memo_value(wire.FINAL_RECORD_MEMO, None)
     if not isinstance(artifact, str):
         return None
-    state = await run_in_threadpool(final_state, settings, run_id, artifact)
-    return None if state is None else _detail(state)
+    record = await run_in_threadpool(final_record, settings, run_id, artifact)
+    return None if record is None else record.get(part)
 
 
 def _detail(state: RunState | dict[str, Any]) -> RunDetail:
@@ -467,9 +470,8 @@ async def get_run(
         raise described
     handle, desc = described
     final = _status_of(desc)
-    detail = None
-    if final in FINAL_RUN_STATUSES:
-        detail = await _stored_state(settings, run_id, desc)
+    stored = await _stored(settings, run_id, desc, "status")
+    detail = None if stored is None else _detail(stored)
     if detail is None and isinstance(queried, RunDetail):
         detail = queried  # open: live, or storing its final status
     if detail is None:
@@ -667,10 +669,17 @@ async def change_budget(
 
 
 @router.get("/{run_id}/steps/{step_id}", responses=answers(404))
-async def get_step(run_id: str, step_id: str, client: TemporalClient, caller: Reader) -> StepState:
+async def get_step(
+    run_id: str, step_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
+) -> StepState:
     """One step in full, its whole output included (status previews big outputs)."""
-    handle, _ = await describe_run(client, run_id)
-    state: StepState | None = await _query(handle, wire.STEP, StepState, StepQuery(step_id=step_id))
+    handle, desc = await describe_run(client, run_id)
+    steps = await _stored(settings, run_id, desc, "steps")
+    state: StepState | None
+    if steps is not None:
+        state = StepState.model_validate(steps[step_id]) if step_id in steps else None
+    else:
+        state = await _query(handle, wire.STEP, StepState, StepQuery(step_id=step_id))
     if state is None:
         raise HTTPException(404, f"run '{run_id}' has no step '{step_id}' (or no longer keeps it)")
     return state
@@ -681,8 +690,13 @@ async def get_audit(
     run_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> AuditTrail:
     """Every decision about the run, oldest first: who, when, what and why."""
-    handle, _ = await describe_run(client, run_id)
-    trail: AuditTrail = await _query(handle, wire.AUDIT, AuditTrail)
+    handle, desc = await describe_run(client, run_id)
+    stored = await _stored(settings, run_id, desc, "audit")
+    trail: AuditTrail = (
+        AuditTrail.model_validate(stored)
+        if stored is not None
+        else await _query(handle, wire.AUDIT, AuditTrail)
+    )
     if trail.archived:  # a long run stored its earlier entries away
         earlier = await run_in_threadpool(archived, settings, run_id, trail.archived, "audit")
         trail.entries = [AuditEntry.model_validate(e) for e in earlier] + trail.entries
