@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 import httpx
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
 from api.app import create_app
@@ -158,15 +158,24 @@ async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
+async def _closed(client: Client, run_id: str) -> bool:
+    desc = await client.get_workflow_handle(run_id).describe()
+    return desc.status != WorkflowExecutionStatus.RUNNING
+
+
+def _ended(run: dict[str, Any]) -> bool:
+    return run["status"] in ("completed", "failed", "cancelled")
+
+
 @pytest.fixture
-def wait_run(api: httpx.AsyncClient) -> Poll:
-    """Poll `GET /v1/runs/{id}` until `until(run)` holds; returns that run."""
+def wait_run(api: httpx.AsyncClient, client: Client) -> Poll:
+    """Poll `GET /v1/runs/{id}` until `until(run)` holds; returns that run. Waiting for the
+    end (the default) also waits until Temporal has closed the run, which follows once it
+    has stored its final record and sent its webhooks."""
 
     async def poll(
         run_id: str,
-        until: Callable[[dict[str, Any]], bool] = lambda r: (
-            r["status"] in ("completed", "failed", "cancelled")
-        ),
+        until: Callable[[dict[str, Any]], bool] = _ended,
         timeout_s: float = 60.0,
         http: httpx.AsyncClient | None = None,
         headers: dict[str, str] | None = None,
@@ -178,7 +187,9 @@ def wait_run(api: httpx.AsyncClient) -> Poll:
             response = await (http or api).get(f"/v1/runs/{run_id}", headers=headers)
             if response.status_code == 200:
                 last = response.json()
-                if until(last):
+                # Another API (`http`) may stand on another Temporal than `client`'s.
+                closing = until is _ended and http is None
+                if until(last) and (not closing or await _closed(client, run_id)):
                     return last
             await asyncio.sleep(0.1)
         raise AssertionError(f"run {run_id} did not reach the expected state; last: {last}")

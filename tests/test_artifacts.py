@@ -20,6 +20,7 @@ from temporalio.worker import Replayer, Worker
 
 from activities.artifacts import S3ArtifactStore, store_for
 from api.app import create_app
+from longrun import wire
 from longrun.settings import ApiKey, Settings, hash_key
 from longrun.temporal import DATA_CONVERTER
 from tests.helpers import LISTING_WORDS, Poll, StandIn, listing_server, submit
@@ -225,7 +226,11 @@ async def test_an_s3_store_holds_big_outputs(
         store = store_for(s3_settings)
         assert isinstance(store, S3ArtifactStore)
         assert store.get(run_id, echoed["inside"]["artifact"]).decode() == f"got {BIG}"
-        assert store.list(run_id) == sorted(
+        # Its outputs, and the record it stored as it ended (workflows/final.py).
+        kept = dict(store.list(run_id))
+        desc = await client.get_workflow_handle(run_id).describe()
+        assert kept.pop(await desc.memo_value(wire.FINAL_RECORD_MEMO)) > 0
+        assert sorted(kept.items()) == sorted(
             [(ref["artifact"], len(BIG)), (echoed["inside"]["artifact"], len(BIG) + 4)]
         )
         served = await http.get(f"/v1/runs/{run_id}/artifacts/{ref['artifact']}")
@@ -289,7 +294,7 @@ async def test_admins_delete_the_stored_outputs_of_ended_runs(
     await wait_run(run_id, http=keyed, headers=admin)
     response = await keyed.delete(url, headers=admin)
     assert response.status_code == 200, response.text
-    assert response.json() == {"deleted": 1}
+    assert response.json() == {"deleted": 2}  # its output and its final record
     assert store.list(run_id) == []
     assert store.get(other_run, kept) == b"another run's output"
     listed = (await keyed.get(url, headers=admin)).json()["artifacts"]

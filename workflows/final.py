@@ -12,14 +12,15 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from workflows import stored
+from workflows.common import retry_policy
 from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
     from longrun import wire
-    from longrun.contracts import AuditTrail
+    from longrun.contracts import AuditTrail, KeepRequest
 
 FINAL_RECORD_PATCH = "final-record"
-FINAL_RECORD_MAX_BYTES = 1024 * 1024  # one `artifacts.keep` call's batch
+FINAL_RECORD_MAX_BYTES = 1024 * 1024  # as one `artifacts.keep` call's batch
 
 
 async def record_final(parts: RunParts) -> None:
@@ -30,7 +31,16 @@ async def record_final(parts: RunParts) -> None:
     if record is None:
         return
     try:
-        kept = await stored.keep(parts.inp.run_id, {"record": record})
+        # A local activity: its input (the record) stays out of history, only the reference
+        # it returns is recorded.
+        kept: dict[str, Any] = await workflow.execute_local_activity(
+            "artifacts.keep",
+            KeepRequest(run_id=parts.inp.run_id, outputs={"record": record}),
+            result_type=dict,
+            start_to_close_timeout=stored.KEEP_TIMEOUT,
+            retry_policy=retry_policy(None),
+            summary="keep the run's final record in the artifact store",
+        )
     except ActivityError as exc:  # the run has ended all the same; reads replay it
         workflow.logger.warning("final record not stored: %s", exc.cause or exc)
         return

@@ -73,7 +73,17 @@ def _listing(settings: Settings, run_id: str) -> ArtifactList:
     return ArtifactList(artifacts=found)
 
 
-@router.get("/{name:path}", responses=answers(404))
+@router.get(
+    "/{name:path}",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "the artifact, with its content type",
+            "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+        },
+        **answers(404),
+    },
+)
 async def get_artifact(
     run_id: str, name: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> Response:
