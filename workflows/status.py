@@ -231,11 +231,8 @@ class StatusBoard:
                 status = "paused"
             elif self._approvals.undecided:
                 status = "waiting_approval"
-            if status != self.status:
-                self.status = status
-                self.publish(changed=True)
-            else:
-                self.publish(changed=False)
+            changed, self.status = status != self.status, status
+            self.publish(changed=changed)
         if self.agent is not None:
             details = [f"{self.status}: {self.agent.progress()}"]
         else:

@@ -77,10 +77,13 @@ class RunGauges:
         self.reachable.set(1)
 
 
+# Temporal's statuses by the names visibility groups them by ("Completed", "TimedOut").
+_BY_NAME = {s.name.replace("_", "").lower(): s for s in WorkflowExecutionStatus}
+
+
 def _execution_status(name: str) -> WorkflowExecutionStatus | None:
-    """Temporal's status from the name visibility groups by ("Completed", "TimedOut")."""
-    statuses = {s.name.replace("_", "").lower(): s for s in WorkflowExecutionStatus}
-    found = statuses.get(name.lower())
+    """Temporal's status from the name visibility groups by; None for continued-as-new."""
+    found = _BY_NAME.get(name.lower())
     return None if found == WorkflowExecutionStatus.CONTINUED_AS_NEW else found
 
 
