@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.artifacts import ArtifactStore, store_for
 from activities.endpoint import model_problem
@@ -25,6 +26,16 @@ from workflows import RunWorkflow
 
 log = logging.getLogger("longrun.worker")
 
+# The sandbox runs every run with `workflows` imported once for the whole worker, not once
+# per run: re-executing its modules for each run cost about 500 KB and 15 ms of CPU per run
+# and made a run's first workflow task 15 times a bare one's (bench/memory.py). Safe because
+# the package holds deterministic code only and no state shared between runs (no module-level
+# mutable values: tests/test_layout.py checks), and the sandbox's other guard, restricted
+# calls such as `datetime.now()` or `open()`, is still applied in full to every workflow
+# path the saved histories replay (tests/test_replay.py replays them in the default sandbox).
+SHARED_MODULES_SANDBOX = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
+)
 SWEEP_EVERY = timedelta(hours=1)
 # A folder or prefix not named like the API's run ids is not a run's to delete.
 RUN_ID = re.compile(RUN_ID_PATTERN)
@@ -42,6 +53,8 @@ async def serving(client: Client, settings: Settings) -> AsyncIterator[Worker]:
             workflows=[RunWorkflow],
             activities=activities,
             graceful_shutdown_timeout=timedelta(seconds=settings.worker_shutdown_s),
+            max_cached_workflows=settings.max_cached_runs,
+            workflow_runner=SHARED_MODULES_SANDBOX,
         ) as worker,
     ):
         sweeper = None

@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     # How long a stopping worker (SIGTERM) lets activities in flight finish before it
     # cancels them: a rolling deploy should not run a tool twice.
     worker_shutdown_s: float = Field(60.0, alias="LONGRUN_WORKER_SHUTDOWN_S", ge=0)
+    # How many runs a worker keeps in memory between their workflow tasks. A run pushed out
+    # of the cache costs nothing while it waits; its next task (a signal, a query, an
+    # activity's result) replays its history first.
+    max_cached_runs: int = Field(1000, alias="LONGRUN_MAX_CACHED_RUNS", ge=0)
 
     openai_base_url: str | None = Field(None, alias="OPENAI_BASE_URL")
     openai_api_key: SecretStr | None = Field(None, alias="OPENAI_API_KEY")

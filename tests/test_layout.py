@@ -1,9 +1,11 @@
 """The house rules of the code's layout: imports run one way and nothing imports in a
-circle, type-checking imports included; the API loads only what it uses."""
+circle, type-checking imports included; the API loads only what it uses; workflow modules,
+which every run of a worker shares, hold no mutable state."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +97,35 @@ def test_the_api_loads_neither_the_model_client_nor_the_workflows() -> None:
     ).stdout.split()
     assert "openai" not in loaded
     assert [m for m in loaded if m == "workflows" or m.startswith("workflows.")] == []
+
+
+MUTABLE = (list, dict, set, bytearray)
+
+
+def _module_level_names(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign | ast.AugAssign):
+            targets = [node.target]
+        for target in targets:
+            names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def test_workflow_modules_hold_no_mutable_state() -> None:
+    # The worker imports `workflows` once for all its runs (worker.SHARED_MODULES_SANDBOX):
+    # a module-level list, dict or set, or an object of a workflows class, would be one
+    # value shared and changed by every run.
+    shared = []
+    for name, path in _modules().items():
+        if name != "workflows" and not name.startswith("workflows."):
+            continue
+        module = importlib.import_module(name)
+        for var in sorted(_module_level_names(path)):
+            value = getattr(module, var, None)
+            if isinstance(value, MUTABLE) or (
+                not isinstance(value, type) and type(value).__module__.startswith("workflows")
+            ):
+                shared.append(f"{name}.{var}: {type(value).__name__}")
+    assert not shared, f"module-level mutable values in workflows/: {shared}"

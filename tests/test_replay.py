@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from api.app import create_app
 from longrun.settings import Settings
@@ -26,7 +27,14 @@ HISTORIES = Path(__file__).parent / "histories"
 
 
 def _replayer() -> Replayer:
-    return Replayer(workflows=[RunWorkflow], data_converter=DATA_CONVERTER)
+    # The default sandbox, stricter than the worker's (which imports `workflows` once for all
+    # runs): every module of the run workflow is imported afresh under the sandbox's
+    # restrictions, so a non-deterministic call on any replayed path fails here.
+    return Replayer(
+        workflows=[RunWorkflow],
+        data_converter=DATA_CONVERTER,
+        workflow_runner=SandboxedWorkflowRunner(),
+    )
 
 
 async def _replays_and_is_kept(

@@ -2,4 +2,4 @@
 
 from workflows.run import RunWorkflow
 
-__all__ = ["RunWorkflow"]
+__all__ = ("RunWorkflow",)

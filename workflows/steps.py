@@ -4,7 +4,8 @@ running, and how many are done."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from temporalio import workflow
@@ -20,12 +21,14 @@ LISTED_OUTPUT_CHARS = 2000  # of one step's output in status; the `step` query h
 AGENT_STEPS_KEPT = 100  # an agent's latest tool calls, listed and carried across continue-as-new
 DONE = ("completed", "skipped")
 OPEN = ("pending", "running", "waiting_approval")
-_ENDED: dict[str, EventType] = {
-    "completed": "step.completed",
-    "failed": "step.failed",
-    "skipped": "step.skipped",
-    "cancelled": "step.cancelled",
-}
+_ENDED: Mapping[str, EventType] = MappingProxyType(
+    {
+        "completed": "step.completed",
+        "failed": "step.failed",
+        "skipped": "step.skipped",
+        "cancelled": "step.cancelled",
+    }
+)
 
 
 class StepBook:

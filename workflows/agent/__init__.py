@@ -3,4 +3,4 @@
 from workflows.agent.briefs import describe_criterion, tool_schema
 from workflows.agent.loop import AgentLoop
 
-__all__ = ["AgentLoop", "describe_criterion", "tool_schema"]
+__all__ = ("AgentLoop", "describe_criterion", "tool_schema")
