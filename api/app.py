@@ -16,6 +16,7 @@ from temporalio.service import RPCError
 from activities.tools import REGISTRY
 from api.allow import AllowEveryMethod
 from api.deps import TemporalGateway
+from api.ended import EndedRuns
 from api.feed import EventFeed
 from api.guard import BodyGuard
 from api.openapi import describe_tools
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.policy = load_policy(settings.policy_file)  # a bad file stops start-up
     app.state.temporal = TemporalGateway(settings)
+    app.state.ended = EndedRuns()
     app.state.events = EventFeed(settings, prometheus.instrument(app))
     app.include_router(health.router)
     app.include_router(runs.router)

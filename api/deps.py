@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from temporalio.client import Client
 
+from api.ended import EndedRuns, ended_runs
 from longrun.policy import Policy
 from longrun.settings import Settings
 from longrun.temporal import connect
@@ -64,3 +65,4 @@ SettingsDep = Annotated[Settings, Depends(app_settings)]
 PolicyDep = Annotated[Policy, Depends(app_policy)]
 Gateway = Annotated[TemporalGateway, Depends(gateway)]
 TemporalClient = Annotated[Client, Depends(get_client)]
+Ended = Annotated[EndedRuns, Depends(ended_runs)]

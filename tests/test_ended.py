@@ -1,14 +1,19 @@
 """An ended run is read as it stored itself when it ended (status, steps, audit): no replay,
 so it answers with no worker at all; one ended from outside (terminated) falls back to the
-query."""
+query; the API's kept answer for an ended run gives way to a new execution of it (reset)."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType, ResetReapplyType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client
+from temporalio.worker import Worker
 
 from longrun import wire
 from longrun.contracts import RunState
@@ -66,3 +71,36 @@ async def test_an_ended_run_answers_from_what_it_stored_without_a_worker(
     assert (await api.get(f"/v1/runs/{completed}/steps/zz")).status_code == 404
     unstored = await api.get(f"/v1/runs/{terminated}")
     assert unstored.status_code == 503
+
+
+async def test_a_reset_run_is_read_afresh_not_as_it_was_kept(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    # The API keeps an ended run's answer; Temporal can still reset the run to an earlier
+    # point, which starts a new execution of it: that one is read, not the kept answer.
+    run_id = await submit(api, [{"id": "gate", "approval": {"message": "go?"}}])
+    await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+    decided = await api.post(f"/v1/runs/{run_id}/approvals/apr-gate", json={"decision": "approve"})
+    assert decided.status_code == 202, decided.text
+    ended = await wait_run(run_id)
+    assert ended["status"] == "completed"
+    assert (await api.get(f"/v1/runs/{run_id}")).json() == ended  # as kept: the same answer
+
+    handle = client.get_workflow_handle(run_id)
+    first_task = next(
+        e.event_id
+        for e in (await handle.fetch_history()).events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    )
+    await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=run_id),
+            reason="test: back to the gate",
+            workflow_task_finish_event_id=first_task,
+            request_id=str(uuid.uuid4()),
+            reset_reapply_type=ResetReapplyType.RESET_REAPPLY_TYPE_NONE,  # not the approval
+        )
+    )
+    again = await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+    assert [a["approval_id"] for a in again["pending_approvals"]] == ["apr-gate"]

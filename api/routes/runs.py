@@ -39,7 +39,7 @@ from activities.tools.builtin import destination_refusal
 from api.archive import archived, final_record
 from api.attempts import show_retries
 from api.auth import Approver, Operator, Principal, Reader, Submitter
-from api.deps import Gateway, PolicyDep, SettingsDep, TemporalClient
+from api.deps import Ended, Gateway, PolicyDep, SettingsDep, TemporalClient
 from api.pages import unwrap_token, wrap_token
 from api.schemas import (
     Accepted,
@@ -455,12 +455,17 @@ async def list_runs(
 
 @router.get("/{run_id}", response_model=RunDetail, responses=answers(404))
 async def get_run(
-    run_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
+    run_id: str, client: TemporalClient, settings: SettingsDep, ended: Ended, caller: Reader
 ) -> Response:
     """A run's status, steps, approvals, usage and result: of a live run from a workflow
     query, of an ended one as it stored it when it ended (no replay)."""
     if not RUN_ID.match(run_id):
         raise HTTPException(404, f"no run '{run_id}'")
+    if run_id in ended:
+        _, desc = await describe_run(client, run_id)
+        body = ended.body(run_id, desc.run_id or "")
+        if body is not None:
+            return Response(body, media_type="application/json")
     # Both at once, so a live run costs one round trip; a closed run refuses the query
     # at once instead of replaying its history.
     described, queried = await asyncio.gather(
@@ -491,7 +496,10 @@ async def get_run(
         show_retries(detail, desc)
     # Serialized once here: the detail is validated already, and a long run's status is
     # big enough that FastAPI's second validation and encoding would double the cost.
-    return Response(detail.model_dump_json(), media_type="application/json")
+    body = detail.model_dump_json().encode()
+    if desc.close_time is not None:
+        ended.keep(run_id, desc.run_id or "", body)
+    return Response(body, media_type="application/json")
 
 
 @router.post("/{run_id}/approvals/{approval_id}", status_code=202, responses=answers(404, 409))
