@@ -30,13 +30,24 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) $(CHROMIUM)
+# docker-compose.yml is validated by Debian's docker-compose, which needs no engine.
+COMPOSE := /usr/bin/docker-compose
+$(COMPOSE):
+	@command -v apt-get >/dev/null || { echo "install docker-compose at $(COMPOSE)"; exit 1; }
+	apt-get install -y -q docker-compose >/dev/null || { apt-get update -q && apt-get install -y -q docker-compose >/dev/null; }
+
+unit: $(STAMP) $(CHROMIUM) $(COMPOSE)
 	$(BIN)/pytest
 
-bench: $(STAMP)  ## speed, fault tolerance and prompt growth, printed, never asserted
-	$(BIN)/python bench/overhead.py
-	$(BIN)/python bench/agent_faults.py
-	$(BIN)/python bench/context_growth.py
+BENCH_STAMP := $(VENV)/.bench-stamp
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	@touch $(BENCH_STAMP)
+
+# One table against bare Temporal and plain loops, kept in bench/results.json; never asserted.
+# `make bench QUICK=1` is the few-minute version.
+bench: $(BENCH_STAMP)  ## every benchmark: overhead, API, waiting runs, context, faults (~25 min)
+	$(BIN)/python bench/suite.py $(if $(QUICK),--quick)
 
 chaos: $(STAMP)  ## runs under killed workers, Temporal and API restarts and model outages, printed (~11-14 min)
 	$(BIN)/python bench/chaos.py

@@ -92,6 +92,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+from figures import Figure  # noqa: E402
+
 from activities.model import PLAN_SCHEMA, VERDICT_SCHEMA  # noqa: E402
 from api.app import create_app as create_api  # noqa: E402
 from longrun import prompts  # noqa: E402
@@ -386,8 +388,12 @@ async def collect(standin_url: str, flaky: Flaky, phase: Phase) -> None:
     phase.tool_faults = flaky.answered["503"]
 
 
-async def bench(args: argparse.Namespace, rates: list[float]) -> None:
-    """Start Temporal, the stand-in, the flaky server and a worker; run both sides per rate."""
+Results = dict[tuple[float, str], Phase]
+
+
+async def measure(args: argparse.Namespace, rates: list[float]) -> tuple[Results, float]:
+    """Start Temporal, the stand-in, the flaky server and a worker; run both sides per rate.
+    The phases by rate and side, and the seconds it all took."""
     results: dict[tuple[float, str], Phase] = {}
     started = time.perf_counter()
     flaky = Flaky()
@@ -447,7 +453,7 @@ async def bench(args: argparse.Namespace, rates: list[float]) -> None:
                     ours.wall_s = time.perf_counter() - t0
                     await collect(standin_server.url, flaky, ours)
             await oai.close()
-    report(results, rates, args, time.perf_counter() - started)
+    return results, time.perf_counter() - started
 
 
 def report(
@@ -518,6 +524,22 @@ def report(
     print(f"\ntotal wall time {total_s:.1f} s")
 
 
+def figures(results: Results, rates: list[float], args: argparse.Namespace) -> list[Figure]:
+    """The suite's figures of this benchmark: runs completed, longrun against the plain loop."""
+    calls = 1 + 3 * args.steps + args.steps * args.tools_per_step
+    return [
+        Figure(
+            "under faults",
+            f"agent runs completed, {calls} calls each failing at {rate:.0%}",
+            "runs",
+            results[rate, "longrun"].done,
+            results[rate, "plain"].done,
+            baseline_name=f"plain loop, of {args.runs}",
+        )
+        for rate in rates
+    ]
+
+
 def main() -> None:
     """Parse the arguments and run the benchmark; always exits 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -543,7 +565,8 @@ def main() -> None:
     # Every retried attempt is logged as a warning by the worker; the table says it all.
     logging.getLogger("temporalio").setLevel(logging.ERROR)
     try:
-        asyncio.run(bench(args, rates))
+        results, total_s = asyncio.run(measure(args, rates))
+        report(results, rates, args, total_s)
     except Exception:
         # A benchmark reports; it never fails the build.
         traceback.print_exc()

@@ -31,6 +31,7 @@ import tempfile
 import time
 import traceback
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ from openai import AsyncOpenAI
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+
+from figures import Figure  # noqa: E402
 
 from api.app import create_app as create_api  # noqa: E402
 from longrun import prompts  # noqa: E402
@@ -190,28 +193,72 @@ async def naive_side(standin: StandIn, standin_url: str, steps: int) -> dict[int
     return first
 
 
-async def bench(args: argparse.Namespace) -> None:
-    """Run both sides and print the table."""
+@dataclass
+class Growth:
+    """Prompt tokens of each side's checkpoint steps, and how the longrun run ended."""
+
+    steps: int
+    longrun: dict[int, int]
+    naive: dict[int, int]
+    status: str | None
+    duration_s: float
+    segments: int
+    error: str | None
+
+
+async def measure(steps: int, run_timeout: float) -> Growth:
+    """Run both sides against one stand-in."""
     standin_app = create_standin()
     standin: StandIn = standin_app.state.standin
     with ServerThread(standin_app) as standin_server:
         ours, status, duration, segments, error = await longrun_side(
-            standin, standin_server.url, args.steps, args.run_timeout
+            standin, standin_server.url, steps, run_timeout
         )
-        naive = await naive_side(standin, standin_server.url, args.steps)
-    print(f"{args.steps} steps, each one echo call of {len(VALUE)} bytes and one answer")
+        naive = await naive_side(standin, standin_server.url, steps)
+    return Growth(steps, ours, naive, status, duration, segments, error)
+
+
+def report(g: Growth) -> None:
+    """Print the table."""
+    print(f"{g.steps} steps, each one echo call of {len(VALUE)} bytes and one answer")
     print(
-        f"longrun run: {status} in {duration:.0f} s, {segments} history segments"
-        + (f", error: {error}" if error else "")
+        f"longrun run: {g.status} in {g.duration_s:.0f} s, {g.segments} history segments"
+        + (f", error: {g.error}" if g.error else "")
     )
     print("\nprompt tokens of the step's first actor call")
     print(f"{'step':>6} {'longrun':>10} {'naive':>10}")
-    for k in checkpoints(args.steps):
-        print(f"{k:>6} {ours.get(k, '-'):>10} {naive.get(k, '-'):>10}")
-    ks = checkpoints(args.steps)
-    for name, side in (("longrun", ours), ("naive", naive)):
+    for k in checkpoints(g.steps):
+        print(f"{k:>6} {g.longrun.get(k, '-'):>10} {g.naive.get(k, '-'):>10}")
+    ks = checkpoints(g.steps)
+    for name, side in (("longrun", g.longrun), ("naive", g.naive)):
         if ks[0] in side and ks[-1] in side:
             print(f"{name}: step {ks[-1]} / step {ks[0]} = {side[ks[-1]] / side[ks[0]]:.2f}")
+
+
+def figures(g: Growth) -> list[Figure]:
+    """The suite's figures of this benchmark (none if a side missed a checkpoint)."""
+    ks = checkpoints(g.steps)
+    first, last = ks[0], ks[-1]
+    if not all(k in side for k in (first, last) for side in (g.longrun, g.naive)):
+        return []
+    return [
+        Figure(
+            "context",
+            f"prompt tokens at step {last}",
+            "tokens",
+            g.longrun[last],
+            g.naive[last],
+            baseline_name="loop appending all",
+        ),
+        Figure(
+            "context",
+            f"prompt growth, step {last} over step {first}",
+            "x",
+            g.longrun[last] / g.longrun[first],
+            g.naive[last] / g.naive[first],
+            baseline_name="loop appending all",
+        ),
+    ]
 
 
 def main() -> None:
@@ -226,7 +273,7 @@ def main() -> None:
         parser.error("--steps must be in 10..1000 (the planner's limit)")
     logging.getLogger("temporalio").setLevel(logging.ERROR)
     try:
-        asyncio.run(bench(args))
+        report(asyncio.run(measure(args.steps, args.run_timeout)))
     except Exception:
         traceback.print_exc()
         print("benchmark aborted; see the traceback above")

@@ -43,6 +43,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from agent_faults import Flaky  # noqa: E402
+from figures import Figure  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.common import SearchAttributePair, TypedSearchAttributes  # noqa: E402
 
@@ -270,6 +271,25 @@ def plot(points: list[Point], kills: int, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+
+
+def figures(points: list[Point]) -> list[Figure]:
+    """The suite's figures: the share completed at the longest runs, by fault rate (and with
+    worker kills), against the plain loop at the same rate and length."""
+    longest = max(p.steps for p in points)
+    plain = {p.rate: p for p in points if p.side == "plain loop" and p.steps == longest}
+    return [
+        Figure(
+            "under faults",
+            f"runs of {longest} steps completed, {p.side}, calls failing at {p.rate:.0%}",
+            "%",
+            p.share * 100,
+            plain[p.rate].share * 100,
+            baseline_name="plain loop",
+        )
+        for p in points
+        if p.side != "plain loop" and p.steps == longest and p.rate in plain
+    ]
 
 
 def as_json(points: list[Point], kills: int) -> dict[str, Any]:

@@ -47,6 +47,8 @@ if _ROOT not in sys.path:
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: no I/O at import; the bare workflow uses none of it.
+    from figures import Figure
+
     from activities.tools import REGISTRY
     from longrun.attributes import STATUS_ATTRIBUTE
     from longrun.contracts import Plan, RunConfig, RunInput, Step
@@ -233,6 +235,36 @@ def report(costs: dict[str, Cost], runs: int) -> None:
         bare, ours = getattr(costs["bare"], name), getattr(costs["longrun"], name)
         ratio = ours / bare if bare else float("nan")
         print(f"{label:<26} {bare:>9.1f} {ours:>9.1f} {ratio:>7.2f}")
+
+
+def figures(costs: dict[str, Cost], runs: int) -> list[Figure]:
+    """The suite's figures of this benchmark."""
+    bare, ours = costs["bare"], costs["longrun"]
+    return [
+        Figure(
+            "waiting runs",
+            f"worker memory per run, {runs} waiting for approval vs on a signal",
+            "KB",
+            ours.rss_kb_per_run,
+            bare.rss_kb_per_run,
+            target="<= 1.5",
+        ),
+        Figure(
+            "waiting runs",
+            "worker CPU per run until it waits",
+            "ms",
+            ours.cpu_ms_per_run,
+            bare.cpu_ms_per_run,
+        ),
+        Figure(
+            "waiting runs",
+            "a run's first workflow task",
+            "ms",
+            ours.first_task_ms,
+            bare.first_task_ms,
+            target="<= 1.5",
+        ),
+    ]
 
 
 def main() -> None:

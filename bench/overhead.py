@@ -17,6 +17,10 @@ starting and completing the workflow, spread over its steps.
 Reading the ratio (longrun / bare, medians): 1.00 means longrun adds nothing measurable to
 Temporal's own cost of a workflow task plus an activity task per step; 1.25 means a step
 costs a quarter more. The target is <= 1.25 at N=50. Both workflows run in the sandbox.
+
+Throughput: then a batch of concurrent runs on each side (50 runs of 10 steps by default),
+twice per side, the better kept: steps per second, and the CPU this process (both workers
+and the client) spent per step meanwhile.
 The script prints and always exits 0: speed is never a pass/fail here.
 
 Caveat: the dev server reads its transfer queue at most 20 times a second
@@ -26,7 +30,7 @@ that slack is hidden. The second ratio, "worker", therefore also compares the ti
 workers held each run's tasks (workflow task started -> completed plus activity started ->
 completed, from the run's history): that is where longrun's own code runs.
 
-    .venv/bin/python bench/overhead.py [--steps 50] [--runs 5] [--warmup 1]
+    .venv/bin/python bench/overhead.py [--steps 50] [--runs 5] [--warmup 1] [--batch-runs 50]
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -58,7 +63,9 @@ if _ROOT not in sys.path:
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: no I/O at import, and the bare workflow only reads constants.
     # It also spares the sandbox re-importing all of this for every bare run, a cost the
-    # longrun side does not pay either (workflows/run.py passes its imports through too).
+    # longrun side does not pay either (its worker imports `workflows` once for all runs).
+    from figures import Figure
+
     from activities.tools import REGISTRY
     from longrun.attributes import STATUS_ATTRIBUTE
     from longrun.contracts import Plan, RunConfig, RunInput, Step
@@ -126,7 +133,9 @@ async def timed(client: Client, handle_id: str, started: float) -> Timing:
     return wall, await worker_busy(client.get_workflow_handle(handle_id))
 
 
-async def run_longrun(client: Client, task_queue: str, steps: int) -> Timing:
+async def run_longrun(
+    client: Client, task_queue: str, steps: int, timed_: bool = True
+) -> Timing | None:
     """Times of one longrun run of `steps` echo steps, started as the API starts runs."""
     run_id = f"run-{uuid.uuid4().hex}"
     plan = Plan(steps=[Step(id=f"s{i}", tool="echo", args={"value": i}) for i in range(steps)])
@@ -145,19 +154,51 @@ async def run_longrun(client: Client, task_queue: str, steps: int) -> Timing:
         task_queue=task_queue,
         search_attributes=TypedSearchAttributes([SearchAttributePair(STATUS_ATTRIBUTE, "running")]),
     )
-    return await timed(client, run_id, started)
+    return await timed(client, run_id, started) if timed_ else None
 
 
-async def run_bare(client: Client, task_queue: str, steps: int) -> Timing:
+async def run_bare(
+    client: Client, task_queue: str, steps: int, timed_: bool = True
+) -> Timing | None:
     """Times of one bare run of `steps` no-op activities."""
     workflow_id = f"bench-bare-{uuid.uuid4().hex}"
     started = time.perf_counter()
     await client.execute_workflow(BareWorkflow.run, steps, id=workflow_id, task_queue=task_queue)
-    return await timed(client, workflow_id, started)
+    return await timed(client, workflow_id, started) if timed_ else None
 
 
-async def bench(steps: int, runs: int, warmup: int) -> None:
-    """Start Temporal and both workers, run the sides interleaved, print the table."""
+@dataclass
+class Overhead:
+    """What the benchmark measured: timings of sequential runs, and one throughput batch
+    per side (steps per second, this process's CPU per step)."""
+
+    steps: int
+    runs: int
+    warmup: int
+    times: dict[str, list[Timing]]
+    batch: tuple[int, int]  # runs x steps of the throughput batch
+    steps_per_s: dict[str, float] = field(default_factory=dict)
+    cpu_ms_per_step: dict[str, float] = field(default_factory=dict)
+
+    def median_ms(self, side: str, which: int) -> float:
+        """Median milliseconds per step of `side`, wall (0) or worker (1)."""
+        return statistics.median(t[which] * 1000 / self.steps for t in self.times[side])
+
+
+async def _batch(client: Client, side: str, queue: str, runs: int, steps: int) -> float:
+    """Start `runs` runs of `steps` steps at once on `side`; seconds until all are done."""
+    run = run_longrun if side == "longrun" else run_bare
+    started = time.perf_counter()
+    await asyncio.gather(*(run(client, queue, steps, timed_=False) for _ in range(runs)))
+    return time.perf_counter() - started
+
+
+async def measure(
+    steps: int, runs: int, warmup: int, batch_runs: int = 50, batch_steps: int = 10
+) -> Overhead:
+    """Start Temporal and both workers in this process; run the sides interleaved, one run
+    at a time, then a batch of concurrent runs on each side."""
+    result = Overhead(steps, runs, warmup, {"longrun": [], "bare": []}, (batch_runs, batch_steps))
     with tempfile.TemporaryDirectory(prefix="longrun-bench-") as tmp:
         async with TemporalDevServer(Path(tmp) / "temporal.db", port=free_port()) as server:
             settings = Settings(
@@ -168,47 +209,96 @@ async def bench(steps: int, runs: int, warmup: int) -> None:
                 OPENAI_BASE_URL="http://127.0.0.1:9/v1",
                 OPENAI_API_KEY="x",
             )
-            bare_queue = f"bench-bare-{uuid.uuid4().hex[:8]}"
+            queues = {"longrun": settings.task_queue, "bare": f"bench-bare-{uuid.uuid4().hex[:8]}"}
             client = await connect(settings)
-            times: dict[str, list[Timing]] = {"longrun": [], "bare": []}
             async with (
                 serving(client, settings),
-                Worker(client, task_queue=bare_queue, workflows=[BareWorkflow], activities=[noop]),
+                Worker(
+                    client, task_queue=queues["bare"], workflows=[BareWorkflow], activities=[noop]
+                ),
             ):
                 for n in range(warmup + runs):
                     sides = ["longrun", "bare"] if n % 2 == 0 else ["bare", "longrun"]
                     for side in sides:
-                        if side == "longrun":
-                            took = await run_longrun(client, settings.task_queue, steps)
-                        else:
-                            took = await run_bare(client, bare_queue, steps)
-                        if n >= warmup:
-                            times[side].append(took)
-    report(times, steps, runs, warmup)
+                        run = run_longrun if side == "longrun" else run_bare
+                        took = await run(client, queues[side], steps)
+                        if n >= warmup and took is not None:
+                            result.times[side].append(took)
+                for side in ("bare", "longrun", "longrun", "bare"):  # each side first once
+                    cpu = time.process_time()
+                    wall = await _batch(client, side, queues[side], batch_runs, batch_steps)
+                    cpu = time.process_time() - cpu
+                    total = batch_runs * batch_steps
+                    # The better of the two batches: the machine's noise only ever slows.
+                    if total / wall > result.steps_per_s.get(side, 0):
+                        result.steps_per_s[side] = total / wall
+                        result.cpu_ms_per_step[side] = cpu * 1000 / total
+    return result
 
 
-def report(times: dict[str, list[Timing]], steps: int, runs: int, warmup: int) -> None:
-    """Print per-step milliseconds of each side and the ratios."""
-
-    def per_step(side: str, which: int) -> list[float]:
-        return [t[which] * 1000 / steps for t in times[side]]
-
-    print(f"{steps} no-op steps per run, {runs} runs per side after {warmup} warm-up, interleaved")
+def report(result: Overhead) -> None:
+    """Print per-step milliseconds of each side, the ratios and the throughput."""
+    print(
+        f"{result.steps} no-op steps per run, {result.runs} runs per side after "
+        f"{result.warmup} warm-up, interleaved"
+    )
     print(f"{'ms per step':<15} {'median':>8} {'min':>8} {'max':>8}   runs")
-    medians: dict[tuple[str, int], float] = {}
     for which, label in ((0, "wall"), (1, "worker")):
         for side in ("bare", "longrun"):
-            ms = per_step(side, which)
-            medians[side, which] = statistics.median(ms)
+            ms = [t[which] * 1000 / result.steps for t in result.times[side]]
             runs_text = " ".join(f"{m:.1f}" for m in ms)
-            cells = f"{medians[side, which]:>8.2f} {min(ms):>8.2f} {max(ms):>8.2f}"
+            cells = f"{result.median_ms(side, which):>8.2f} {min(ms):>8.2f} {max(ms):>8.2f}"
             print(f"{f'{side} {label}':<15} {cells}   {runs_text}")
     for which, label in ((0, "wall"), (1, "worker")):
-        ratio = medians["longrun", which] / medians["bare", which]
+        ratio = result.median_ms("longrun", which) / result.median_ms("bare", which)
         verdict = "within" if ratio <= TARGET_RATIO else "ABOVE"
         print(
             f"ratio longrun/bare, {label:<6}: {ratio:.2f} ({verdict} the target {TARGET_RATIO:.2f})"
         )
+    runs, steps = result.batch
+    for side in ("bare", "longrun"):
+        print(
+            f"throughput, {runs} runs x {steps} steps at once, {side}: "
+            f"{result.steps_per_s[side]:.1f} steps/s, {result.cpu_ms_per_step[side]:.2f} ms CPU "
+            "per step (this process: worker and client)"
+        )
+
+
+def figures(result: Overhead) -> list[Figure]:
+    """The suite's figures of this benchmark."""
+    runs, steps = result.batch
+    return [
+        Figure(
+            "per step",
+            f"wall, {result.steps} sequential no-op steps",
+            "ms",
+            result.median_ms("longrun", 0),
+            result.median_ms("bare", 0),
+        ),
+        Figure(
+            "per step",
+            "worker time (tasks held)",
+            "ms",
+            result.median_ms("longrun", 1),
+            result.median_ms("bare", 1),
+            target="<= 1.10",
+        ),
+        Figure(
+            "per step",
+            f"throughput, {runs} runs x {steps} steps at once",
+            "steps/s",
+            result.steps_per_s["longrun"],
+            result.steps_per_s["bare"],
+            target=">= 0.97",
+        ),
+        Figure(
+            "per step",
+            "CPU of worker + client per step in that batch",
+            "ms",
+            result.cpu_ms_per_step["longrun"],
+            result.cpu_ms_per_step["bare"],
+        ),
+    ]
 
 
 def main() -> None:
@@ -217,10 +307,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50, help="no-op steps per run")
     parser.add_argument("--runs", type=int, default=5, help="timed runs per side")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per side first")
+    parser.add_argument("--batch-runs", type=int, default=50, help="runs at once for throughput")
     args = parser.parse_args()
     if args.steps < 1 or args.runs < 1 or args.warmup < 0:
         parser.error("--steps and --runs must be >= 1, --warmup >= 0")
-    asyncio.run(bench(args.steps, args.runs, args.warmup))
+    report(asyncio.run(measure(args.steps, args.runs, args.warmup, args.batch_runs)))
 
 
 if __name__ == "__main__":

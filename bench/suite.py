@@ -1,0 +1,199 @@
+"""Every benchmark in one go: one table of longrun against its baselines, and the figures
+kept in bench/results.json.
+
+Each section starts its own headless Temporal dev server and measures longrun beside a
+baseline in the same run: bare Temporal (a workflow defined in the benchmark doing the same
+work with the same timeouts), or a plain loop making the same calls without Temporal. Every
+figure is a ratio against that baseline; nothing passes or fails on time. Sections print
+their own detail as they go; one that breaks is reported and the others still run.
+
+- per step: overhead of sequential no-op steps (wall, worker time) and throughput
+  (bench/overhead.py);
+- API: submit, live, ended short and long runs, first read after a worker restart
+  (bench/status.py);
+- waiting runs: worker memory, CPU and first workflow task of runs waiting for a person
+  (bench/memory.py);
+- context: prompt size over a long agent job (bench/context_growth.py);
+- under faults: agent runs completed when calls fail (bench/agent_faults.py), and completion
+  against run length at three fault rates and with worker kills (bench/fault_curve.py), drawn
+  to docs/fault-curve.png by the full suite.
+
+    .venv/bin/python bench/suite.py [--quick] [--only overhead,api,...] [--json PATH]
+
+`make bench` runs the full suite (about 25 minutes on 2 cores); `make bench QUICK=1` the
+quick one (a few minutes, smaller numbers everywhere, no plot unless `--plot` is given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE.parent) not in sys.path:
+    sys.path.insert(0, str(_HERE.parent))
+
+import agent_faults  # noqa: E402
+import context_growth  # noqa: E402
+import fault_curve  # noqa: E402
+import memory  # noqa: E402
+import overhead  # noqa: E402
+import status  # noqa: E402
+from figures import Figure, table  # noqa: E402
+
+PLOT = _HERE.parent / "docs" / "fault-curve.png"
+RESULTS = _HERE / "results.json"
+
+# Each section's size: (full, quick).
+SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "overhead": (
+        {"steps": 50, "runs": 5, "warmup": 1, "batch_runs": 50},
+        {"steps": 20, "runs": 3, "warmup": 1, "batch_runs": 20},
+    ),
+    "api": ({"steps": 500, "reads": 30, "restarts": 3}, {"steps": 200, "reads": 15, "restarts": 2}),
+    "memory": ({"runs": 1000, "warmup": 5}, {"runs": 200, "warmup": 5}),
+    "context": ({"steps": 1000, "run_timeout": 1800.0}, {"steps": 100, "run_timeout": 600.0}),
+    "faults": (
+        {"runs": 10, "rates": [0.05, 0.10], "steps": 10, "tools_per_step": 5},
+        {"runs": 4, "rates": [0.10], "steps": 5, "tools_per_step": 3},
+    ),
+    "curve": (
+        {"steps": [10, 50, 100, 200], "rates": [0.01, 0.05, 0.10], "runs": 10, "kill_every": 15.0},
+        {"steps": [10, 50, 100], "rates": [0.01, 0.05, 0.10], "runs": 4, "kill_every": 10.0},
+    ),
+}
+
+
+def _overhead(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
+    result = asyncio.run(overhead.measure(**size))
+    overhead.report(result)
+    return overhead.figures(result)
+
+
+def _api(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
+    result = asyncio.run(status.measure(**size))
+    status.report(result)
+    return status.figures(result)
+
+
+def _memory(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
+    costs = asyncio.run(memory.measure(**size))
+    memory.report(costs, size["runs"])
+    return memory.figures(costs, size["runs"])
+
+
+def _context(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
+    growth = asyncio.run(context_growth.measure(**size))
+    context_growth.report(growth)
+    return context_growth.figures(growth)
+
+
+def _faults(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
+    args = argparse.Namespace(seed=0, run_timeout=300.0, **size)
+    results, took = asyncio.run(agent_faults.measure(args, size["rates"]))
+    agent_faults.report(results, size["rates"], args, took)
+    return agent_faults.figures(results, size["rates"], args)
+
+
+def _curve(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
+    points, kills = asyncio.run(fault_curve.measure(seed=0, **size))
+    fault_curve.report(points, kills)
+    out["fault_curve"] = fault_curve.as_json(points, kills)
+    if out.get("plot"):
+        fault_curve.plot(points, kills, Path(out["plot"]))
+        print(f"plot: {out['plot']}")
+    return fault_curve.figures(points)
+
+
+SECTIONS: dict[str, Callable[[dict[str, Any], dict[str, Any]], list[Figure]]] = {
+    "overhead": _overhead,
+    "api": _api,
+    "memory": _memory,
+    "context": _context,
+    "faults": _faults,
+    "curve": _curve,
+}
+
+
+def _commit() -> str | None:
+    try:
+        found = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=_HERE.parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return found.stdout.strip()
+
+
+def run(sections: list[str], quick: bool, plot: Path | None, results: Path) -> None:
+    """Run the sections, print their detail and then the one table, and keep the figures."""
+    out: dict[str, Any] = {
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": quick,
+        "commit": _commit(),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "plot": str(plot) if plot else None,
+        "seconds": {},
+        "failed": [],
+    }
+    figures: list[Figure] = []
+    for name in sections:
+        size = SIZES[name][1 if quick else 0]
+        print(f"\n=== {name} {json.dumps(size)}", flush=True)
+        started = time.perf_counter()
+        try:
+            figures += SECTIONS[name](size, out)
+        except Exception:
+            traceback.print_exc()
+            print(f"section {name} failed; see above")
+            out["failed"].append(name)
+        out["seconds"][name] = round(time.perf_counter() - started, 1)
+    print(f"\n=== longrun against its baselines ({'quick' if quick else 'full'} suite)\n")
+    print(table(figures))
+    if out["failed"]:
+        print(f"\nsections that failed: {', '.join(out['failed'])}")
+    out["figures"] = [f.as_json() for f in figures]
+    results.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"\nfigures kept in {results}")
+
+
+def main() -> None:
+    """Parse the arguments and run the suite; always exits 0."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="smaller numbers: a few minutes")
+    parser.add_argument("--only", help=f"comma-separated sections of: {', '.join(SECTIONS)}")
+    parser.add_argument("--plot", type=Path, help=f"where to draw the fault curve ({PLOT})")
+    parser.add_argument("--json", type=Path, default=RESULTS, help="where to keep the figures")
+    args = parser.parse_args()
+    sections = list(SECTIONS) if not args.only else args.only.split(",")
+    unknown = [s for s in sections if s not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown sections {unknown}; choose from {list(SECTIONS)}")
+    plot = args.plot or (None if args.quick else PLOT)
+    # Retried attempts are logged as warnings by the workers; the tables say it all.
+    logging.getLogger("temporalio").setLevel(logging.ERROR)
+    run(sections, args.quick, plot, args.json)
+
+
+if __name__ == "__main__":
+    main()
