@@ -1,6 +1,9 @@
 """Replay: histories of the run workflow replay without non-determinism errors.
 
-Histories saved under tests/histories/ guard running jobs against workflow code changes.
+Histories saved under tests/histories/ guard running jobs against workflow code changes:
+those of runs started before the baseline patch (workflows/common.py), with one marker per
+change, under before-baseline/; those of runs started since, with the baseline's one marker,
+beside it.
 After a deliberate, `workflow.patched()`-guarded change, record new ones beside the old
 with `LONGRUN_RECORD_HISTORIES=1 pytest tests/test_replay.py` (existing files are kept;
 rename them first to add a history from new code beside the old ones).
@@ -51,7 +54,7 @@ async def _replays_and_is_kept(
 
 
 async def test_saved_histories_replay() -> None:
-    files = sorted(HISTORIES.glob("*.json"))
+    files = sorted(HISTORIES.rglob("*.json"))
     assert files, "no saved histories to replay"
     for path in files:
         history = WorkflowHistory.from_json(path.stem, path.read_text())

@@ -21,6 +21,7 @@ from workflows.common import (
     VERIFY_TIMEOUT,
     StepFailed,
     failure_of,
+    patched,
     retry_policy,
 )
 from workflows.ledger import CallKind, Ledger
@@ -70,7 +71,7 @@ class Calls:
     def _id(self, summary: str) -> str | None:
         """The activity id of a call with this summary, unique in the execution (None: the
         SDK's number)."""
-        if not workflow.patched(ACTIVITY_IDS_PATCH):
+        if not patched(ACTIVITY_IDS_PATCH):
             return None
         self._scheduled += 1
         return f"{summary[:ACTIVITY_ID_CHARS]} #{self._scheduled}"
@@ -111,7 +112,7 @@ class Calls:
             summary=summary,
             activity_id=self._id(summary),
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-            if workflow.patched(TOOL_CANCEL_PATCH)
+            if patched(TOOL_CANCEL_PATCH)
             else ActivityCancellationType.TRY_CANCEL,
         )
         return result
@@ -136,7 +137,7 @@ class Calls:
 
     async def _bounded(self, values: dict[str, Any]) -> dict[str, Any]:
         """`values` within CALL_MAX_BYTES: the biggest stored whole, as references."""
-        if stored.size(values) <= CALL_MAX_BYTES or not workflow.patched(BOUNDED_CALLS_PATCH):
+        if stored.size(values) <= CALL_MAX_BYTES or not patched(BOUNDED_CALLS_PATCH):
             return values
         return await stored.fit(self.run_id, values, CALL_MAX_BYTES)
 
@@ -146,9 +147,7 @@ class Calls:
         """Run a model, check or memory activity with the default retries (after the
         checkpoint where it uses the budget)."""
         # Checks ask the judge model: they outlast a model outage as model calls do.
-        if limit is MODEL_TIMEOUT or (
-            limit is VERIFY_TIMEOUT and workflow.patched(VERIFY_WINDOW_PATCH)
-        ):
+        if limit is MODEL_TIMEOUT or (limit is VERIFY_TIMEOUT and patched(VERIFY_WINDOW_PATCH)):
             return await self._model(method, arg, limit=limit, retry=None, summary=summary)
         # Checks may run tools, which heartbeat often; memory calls are quick.
         return await workflow.execute_activity_method(
@@ -178,7 +177,7 @@ class Calls:
                 )
             except ActivityError as exc:
                 windowed = retry is None and exc.retry_state == RetryState.TIMEOUT
-                if not windowed or not workflow.patched(MODEL_PAUSE_PATCH):
+                if not windowed or not patched(MODEL_PAUSE_PATCH):
                     raise
                 message, _ = failure_of(exc)
                 await self._ledger.wait_for_model(f"{summary}: {message}")
@@ -186,7 +185,7 @@ class Calls:
     def _model_options(self, retry: RetrySpec | None) -> dict[str, Any]:
         """Heartbeat timeout and retries of a model call: a window of time, unless the
         step sets its own retries."""
-        if not workflow.patched(MODEL_CALLS_PATCH):
+        if not patched(MODEL_CALLS_PATCH):
             return {"heartbeat_timeout": None, "retry_policy": retry_policy(retry)}
         if retry is not None:
             return {

@@ -81,14 +81,52 @@ def failure_of(exc: ActivityError) -> tuple[str, int]:
     return str(exc), 0
 
 
+# The changes made behind `workflow.patched()` before BASELINE_PATCH. A run started on code
+# that has them all records one marker for all of them (and one TemporalChangeVersion
+# upsert) instead of one of each per change; a run started before it replays the markers it
+# recorded, change by change, as it always did. A change made after the baseline calls
+# `workflow.patched()` itself: a run started between the two has the baseline, not it.
+BASELINE_PATCH = "baseline-2026-12"
+BASELINE_CHANGES = frozenset(
+    {
+        "activity-ids",
+        "agent-context",
+        "agent-memory",
+        "bounded-calls",
+        "bounded-carry",
+        "bounded-result",
+        "events-archive",
+        "figures-memo",
+        "final-record",
+        "model-heartbeat-retry-window",
+        "model-unavailable-pause",
+        "policy-urls-whole",
+        "progress-attributes",
+        "replan-needs-help",
+        "secret-approval",
+        "time-budget-while-waiting",
+        "tool-cancel-waits",
+        "verify-retry-window",
+    }
+)
+
+
+def patched(change: str) -> bool:
+    """`workflow.patched(change)` for a change of BASELINE_CHANGES: true at once for runs
+    started with the baseline."""
+    if change not in BASELINE_CHANGES:
+        raise ValueError(f"{change!r} came after the baseline: use workflow.patched()")
+    return workflow.patched(BASELINE_PATCH) or workflow.patched(change)
+
+
 def policy_urls_whole() -> bool:
     """Whether policy rules compare URL arguments as written: runs started before compared
     them as paths (URL prefixes never matched) and replay that way."""
-    return workflow.patched("policy-urls-whole")
+    return patched("policy-urls-whole")
 
 
 def secret_approval(policy: Policy, tool: str, args: dict[str, Any]) -> str | None:
     """Why a call that hands secrets to a command needs approval (see longrun.policy);
     runs started before let a step opt out of it, and replay that way."""
     why = policy.secret_approval(tool, args)
-    return why if why and workflow.patched("secret-approval") else None
+    return why if why and patched("secret-approval") else None

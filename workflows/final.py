@@ -12,7 +12,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from workflows import stored
-from workflows.common import retry_policy
+from workflows.common import patched, retry_policy
 from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
@@ -25,7 +25,7 @@ FINAL_RECORD_MAX_BYTES = 1024 * 1024  # as one `artifacts.keep` call's batch
 
 async def record_final(parts: RunParts) -> None:
     """Store the run as it ended and name the record in the memo."""
-    if not workflow.patched(FINAL_RECORD_PATCH):
+    if not patched(FINAL_RECORD_PATCH):
         return
     record = _record(parts)
     if record is None:

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 from temporalio import workflow
 
 from workflows import stored
+from workflows.common import patched
 from workflows.parts import RunParts
 from workflows.steps import AGENT_STEPS_KEPT, LISTED_OUTPUT_CHARS, OPEN, PREVIEW_CHARS, listed
 
@@ -72,9 +73,7 @@ class HandOver:
         )
         self._parts.events.emit("run.continued", segment=self.segment + 1)
         await self._archive_events()
-        bounded = _size(self.carry(agent)) > CARRY_MAX_BYTES and workflow.patched(
-            BOUNDED_CARRY_PATCH
-        )
+        bounded = _size(self.carry(agent)) > CARRY_MAX_BYTES and patched(BOUNDED_CARRY_PATCH)
         if bounded:
             await self._bound(agent)
         await self._quiesce()
@@ -97,7 +96,7 @@ class HandOver:
         short however long the run; `GET /v1/runs/{id}/events` reads them back."""
         events = self._parts.events
         older = events.older()
-        if not older or not workflow.patched(EVENTS_ARCHIVE_PATCH):
+        if not older or not patched(EVENTS_ARCHIVE_PATCH):
             return
         artifacts = await self._archive([("events", e.model_dump(mode="json")) for e in older])
         events.forget(len(older), artifacts)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio import workflow
-
 from workflows import stored
+from workflows.common import patched
 
 # Well under Temporal's 2 MB payload limit, with room for the rest of the completion.
 RESULT_MAX_BYTES = 512 * 1024
@@ -19,6 +18,6 @@ BOUNDED_RESULT_PATCH = "bounded-result"
 async def bounded(run_id: str, outputs: dict[str, Any]) -> dict[str, Any]:
     """`outputs`, the biggest replaced by references until the whole fits the bound."""
     total = sum(stored.size(value) for value in outputs.values())
-    if total <= RESULT_MAX_BYTES or not workflow.patched(BOUNDED_RESULT_PATCH):
+    if total <= RESULT_MAX_BYTES or not patched(BOUNDED_RESULT_PATCH):
         return outputs
     return await stored.fit(run_id, outputs, RESULT_MAX_BYTES)

@@ -18,7 +18,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from workflows.agent import AgentLoop
-from workflows.common import StepFailed
+from workflows.common import StepFailed, patched
 from workflows.final import record_final
 from workflows.handover import HandOver
 from workflows.ledger import Ledger
@@ -236,7 +236,7 @@ class RunWorkflow:
     async def _in_time(self, work: Coroutine[Any, Any, T]) -> T:
         """Do the run's work; a time budget that fails the run ends it when time is up,
         also while it waits for a person or a timer (calls check it themselves)."""
-        if not workflow.patched(TIME_BUDGET_PATCH):
+        if not patched(TIME_BUDGET_PATCH):
             return await work
         task = asyncio.create_task(work)
         ledger = self._p.ledger
@@ -281,7 +281,7 @@ class RunWorkflow:
         p.audit.record("longrun", status, error, event=False)
         p.events.emit("run.ended", status=status, error=error)
         _count_end(status, p.events.figures, p.ledger.usage.cost_usd, p.ledger.elapsed_s())
-        if workflow.patched(FIGURES_MEMO_PATCH):
+        if patched(FIGURES_MEMO_PATCH):
             # Where task metrics read an ended run's figures without replaying it.
             workflow.upsert_memo(
                 {

@@ -11,6 +11,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 from workflows.approvals import Approvals
+from workflows.common import patched
 from workflows.events import EventLog
 from workflows.ledger import Ledger
 from workflows.steps import (
@@ -157,7 +158,7 @@ class TemporalDisplay:
         """Upsert what changed, in one history event, when due."""
         if not self._publish:
             return True
-        if not workflow.patched(PROGRESS_PATCH):
+        if not patched(PROGRESS_PATCH):
             return False
         updates = self._gate.updates(progress, workflow.now(), final)
         if updates:

@@ -15,7 +15,7 @@ from workflows.agent.briefs import MAX_ARGUMENT_CHARS
 from workflows.agent.checks import Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
-from workflows.common import StepFailed, failure_of, policy_urls_whole, preview
+from workflows.common import StepFailed, failure_of, patched, policy_urls_whole, preview
 from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
@@ -78,7 +78,7 @@ class Actor:
             text = briefs.brief_text(
                 inp.goal, self._spec.acceptance, state.plan, state.notes, item, feedback
             )
-            if workflow.patched(MEMORY_PATCH):
+            if patched(MEMORY_PATCH):
                 recalled = await self._memory.recall(f"{item.intent} {item.expected_evidence}")
                 if recalled:
                     text += "\n\nNotes from the journal that may matter here:\n" + (

@@ -20,7 +20,7 @@ from workflows.agent.acting import MEMORY_PATCH, Actor
 from workflows.agent.checks import Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
-from workflows.common import StepFailed
+from workflows.common import StepFailed, patched
 from workflows.handover import HandOver
 from workflows.parts import RunParts
 
@@ -59,7 +59,7 @@ class AgentLoop:
     async def run(self) -> dict[str, Any]:
         """Plan, then work through the plan until the goal is verifiably met."""
         s = self.state
-        s.context = workflow.patched(CONTEXT_PATCH)
+        s.context = patched(CONTEXT_PATCH)
         if not self._resumed:
             s.plan = await self._make_plan(context=None)
         while True:
@@ -102,7 +102,7 @@ class AgentLoop:
                 self._verified_here += 1
                 if s.context:
                     await self._memory.compact_if_due()
-                elif workflow.patched(MEMORY_PATCH):
+                elif patched(MEMORY_PATCH):
                     await self._memory.keep(item.id, "summary", f"{item.intent}: {item.summary}")
                 s.index += 1
                 s.feedback = None
@@ -117,7 +117,7 @@ class AgentLoop:
                 try:
                     fresh = await self._make_plan(self._replan_context(item, verdict.evidence))
                 except StepFailed as exc:
-                    if not workflow.patched(REPLAN_HELP_PATCH):
+                    if not patched(REPLAN_HELP_PATCH):
                         raise
                     # No new plan: a person decides, as when replans are used up.
                     why = f"{verdict.evidence[:500]}; replanning failed: {exc}"
