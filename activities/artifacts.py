@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from activities.errors import fatal
 from longrun import refs
+from longrun.contracts import RUN_FOLDER_PATTERN
 from longrun.refs import is_ref
 from longrun.settings import Settings
 
@@ -39,9 +40,7 @@ PREVIEW_CHARS = 200
 # An output whose JSON is bigger than this, once its long strings are stored, is stored
 # whole: one activity result stays far below Temporal's 2 MB payload limit.
 OUTPUT_MAX_BYTES = 64 * 1024
-# Letters, digits, `_` and `-` only: no `/`, `.` or empty name, so a run id can never leave
-# its own folder or key prefix.
-_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_RUN_ID = re.compile(RUN_FOLDER_PATTERN)
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 

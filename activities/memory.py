@@ -17,10 +17,10 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.errors import fatal, reported_with_attempt
-from longrun.contracts import Note, NoteWrite, Recall, RecallRequest
+from longrun.contracts import RUN_FOLDER_PATTERN, Note, NoteWrite, Recall, RecallRequest
 from longrun.settings import Settings
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_RUN_ID = re.compile(RUN_FOLDER_PATTERN)
 _WORD = re.compile(r"[^\W_]{3,}", re.UNICODE)
 
 

@@ -28,6 +28,7 @@ from api.routes import (
     metrics,
     prometheus,
     runs,
+    schedules,
     tools,
     ui,
 )
@@ -83,6 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.events = EventFeed(settings, prometheus.instrument(app))
     app.include_router(health.router)
     app.include_router(runs.router)
+    app.include_router(schedules.router)
     app.include_router(events.router)
     app.include_router(approvals.router)
     app.include_router(tools.router)

@@ -42,6 +42,7 @@ class RunDetail(RunState):
         default_factory=list,
         description="calls retrying now; their steps show the attempt and last error too",
     )
+    schedule_id: str | None = Field(None, description="the schedule that started it, if any")
 
 
 class RunSummary(BaseModel):
@@ -54,6 +55,7 @@ class RunSummary(BaseModel):
     started_at: datetime | None
     closed_at: datetime | None
     links: Links
+    schedule_id: str | None = Field(None, description="the schedule that started it, if any")
 
 
 class RunList(BaseModel):

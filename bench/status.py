@@ -40,7 +40,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -51,6 +50,7 @@ if _ROOT not in sys.path:
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: no I/O at import; the bare workflow uses none of it.
+    import httpx
     from figures import Figure
 
     from api.app import create_app

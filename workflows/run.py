@@ -70,6 +70,8 @@ class RunWorkflow:
 
     @workflow.init
     def __init__(self, inp: RunInput) -> None:
+        if not inp.run_id:  # started by a schedule, which names each run it starts
+            inp = inp.model_copy(update={"run_id": workflow.info().workflow_id})
         self._p = RunParts(inp, workflow.now, TemporalDisplay())
         for step in inp.plan.steps if inp.plan else []:
             self._p.steps.add(step.id, step.kind)
@@ -212,6 +214,7 @@ class RunWorkflow:
     async def run(self, inp: RunInput) -> RunResult:
         """Run the plan (or, for a goal-only run, the agent loop) to its end."""
         p = self._p
+        inp = p.inp  # with its run id
         p.refresh()
         try:
             if self._agent is not None:

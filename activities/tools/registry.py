@@ -21,10 +21,10 @@ from temporalio.exceptions import ApplicationError
 from activities.artifacts import store_for
 from activities.errors import fatal, reported_with_attempt
 from activities.heartbeat import heartbeating
-from longrun.contracts import SideEffect, ToolCall, ToolResult
+from longrun.contracts import RUN_FOLDER_PATTERN, SideEffect, ToolCall, ToolResult
 from longrun.settings import Settings
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_RUN_ID = re.compile(RUN_FOLDER_PATTERN)
 
 
 @dataclass(frozen=True)

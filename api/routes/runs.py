@@ -251,7 +251,7 @@ def _request_id() -> str:
     return f"req-{uuid.uuid4().hex}"
 
 
-def _secrets_named(body: RunRequest) -> list[str]:
+def secrets_named(body: RunRequest) -> list[str]:
     """Every secret the request's steps and checks name."""
     args = [step.args for step in body.plan.steps] if body.plan is not None else []
     args += [c.check.args for c in body.acceptance or [] if isinstance(c.check, ToolCheck)]
@@ -279,7 +279,7 @@ def _webhook_problems(body: RunRequest, settings: Settings) -> list[PlanError]:
     return errors
 
 
-def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput:
+def run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput:
     """The workflow input for a request, or 422 with every problem found."""
     errors = validate_agent(body, REGISTRY, policy)
     if body.plan is not None:
@@ -326,7 +326,7 @@ def _run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput
     return RunInput(**common, agent=agent, budget=budget)
 
 
-def _details(inp: RunInput) -> str:
+def run_details(inp: RunInput) -> str:
     """Static details for the Web UI: what the run was asked to do."""
     if inp.plan is not None:
         ids = [s.id for s in inp.plan.steps]
@@ -348,8 +348,8 @@ async def create_run(
 ) -> RunCreated:
     """Start a run of an explicit plan, or of a goal the agent plans itself; a repeated
     `Idempotency-Key` returns the same run."""
-    inp = _run_input(body, settings, policy)  # a bad request is 422 while Temporal is down
-    ungranted = caller.ungranted(_secrets_named(body))
+    inp = run_input(body, settings, policy)  # a bad request is 422 while Temporal is down
+    ungranted = caller.ungranted(secrets_named(body))
     if ungranted:
         raise HTTPException(
             403, f"the API key '{caller.name}' is not granted the secrets {', '.join(ungranted)}"
@@ -384,7 +384,7 @@ async def create_run(
                 "request_sha256": fingerprint,
             },
             static_summary=body.goal,
-            static_details=_details(inp),
+            static_details=run_details(inp),
         )
         status: RunStatusName = "running"
     except WorkflowAlreadyStartedError:
@@ -444,6 +444,7 @@ async def list_runs(
                 started_at=wf.start_time,
                 closed_at=wf.close_time,
                 links=run_links(settings, wf.id),
+                schedule_id=await wf.memo_value("schedule_id", None),
             )
         )
     next_token = listing.next_page_token
@@ -466,6 +467,7 @@ async def get_run(
         body = ended.body(run_id, desc.run_id or "")
         if body is not None:
             return Response(body, media_type="application/json")
+        ended.forget(run_id)  # another execution of it (a reset): read afresh
     # Both at once, so a live run costs one round trip; a closed run refuses the query
     # at once instead of replaying its history.
     described, queried = await asyncio.gather(
@@ -486,6 +488,7 @@ async def get_run(
         # between the two calls: the query replays it.
         detail = await query_state(handle)
     detail.links = run_links(settings, run_id)
+    detail.schedule_id = await desc.memo_value("schedule_id", None)
     if final in FINAL_RUN_STATUSES and detail.status != final:
         # Ended from outside the workflow (terminated, timed out): Temporal has the last word.
         detail.status = final

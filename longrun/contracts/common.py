@@ -10,7 +10,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
-RUN_ID_PATTERN = r"^run-[0-9a-f]{32}$"  # the ids the API gives runs
+# The ids the API gives runs; a schedule's runs add the time each was due (Temporal's naming).
+RUN_ID_PATTERN = r"^run-[0-9a-f]{32}(-\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)?$"
+# What a run id may hold where it names a folder or key prefix (artifacts, workspaces,
+# journals): no `/`, `.` or empty name, so it can never leave its own.
+RUN_FOLDER_PATTERN = r"^[A-Za-z0-9_:-]{1,128}$"
 STEP_ID_PATTERN = r"^[a-z0-9_-]{1,64}$"
 LABEL_KEY_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 LABEL_VALUE_PATTERN = r"^[A-Za-z0-9_.-]{1,63}$"
