@@ -32,6 +32,7 @@ from api.routes import (
     tools,
     ui,
 )
+from api.routes.mcp import mount_mcp
 from longrun.policy import load_policy
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
@@ -66,7 +67,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "no API keys configured (LONGRUN_API_KEYS): answering loopback clients only, "
                 "each as admin"
             )
-        yield
+        async with app.state.mcp_sessions():
+            yield
 
     # /docs and /redoc with their scripts and styles served from the package, not a CDN.
     app = FastAPIOffline(
@@ -92,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(prometheus.router)
     app.include_router(ui.router)
     app.include_router(artifacts.router)
+    app.state.mcp_sessions = mount_mcp(app, settings)
     describe_tools(app, REGISTRY)
     app.add_middleware(BodyGuard, limit=settings.max_request_bytes)
     app.add_middleware(AllowEveryMethod)

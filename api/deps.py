@@ -1,4 +1,5 @@
-"""Dependencies shared by the routes: settings and the Temporal client."""
+"""Dependencies shared by the routes: settings and the Temporal client. All are `async def`:
+FastAPI runs a plain `def` dependency in a worker thread, a hop dearer than its work."""
 
 from __future__ import annotations
 
@@ -37,13 +38,13 @@ class TemporalGateway:
         return self._client
 
 
-def app_settings(request: Request) -> Settings:
+async def app_settings(request: Request) -> Settings:
     """This app's settings."""
     settings: Settings = request.app.state.settings
     return settings
 
 
-def gateway(request: Request) -> TemporalGateway:
+async def gateway(request: Request) -> TemporalGateway:
     """This app's connection to Temporal, for routes that connect only after validating."""
     found: TemporalGateway = request.app.state.temporal
     return found
@@ -55,7 +56,7 @@ async def get_client(request: Request) -> Client:
     return await gateway.client()
 
 
-def app_policy(request: Request) -> Policy:
+async def app_policy(request: Request) -> Policy:
     """This app's permission policy."""
     policy: Policy = request.app.state.policy
     return policy

@@ -49,7 +49,7 @@ class EndedRuns:
             self._bytes -= len(kept[1])
 
 
-def ended_runs(request: Request) -> EndedRuns:
+async def ended_runs(request: Request) -> EndedRuns:
     """This app's ended runs."""
     found: EndedRuns = request.app.state.ended
     return found

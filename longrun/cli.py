@@ -11,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from longrun.commands import COMMANDS
+from longrun.client import DEFAULT_API_URL
+from longrun.commands import COMMANDS, ApiKey, ApiUrl
 from longrun.settings import get_settings
 
 app = typer.Typer(
@@ -128,6 +129,18 @@ def demo(
     settings = get_settings()
     api_url = f"http://{settings.api_host}:{settings.api_port}"
     sys.exit(run_demo(api_url, approve=approve, timeout_s=wait))
+
+
+@app.command()
+def mcp(api_url: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None) -> None:
+    """Serve longrun's MCP tools over stdio (submit a run, follow it, decide approvals), each
+    a call of the API with your key.
+
+    Example (an MCP client's server entry): {"command": "longrun", "args": ["mcp"]}
+    """
+    from longrun.mcp_server import serve_stdio
+
+    serve_stdio(api_url, api_key)
 
 
 for name, command in COMMANDS.items():

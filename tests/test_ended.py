@@ -26,7 +26,14 @@ def _comparable(run: dict[str, Any]) -> dict[str, Any]:
     usage = {k: v for k, v in run["usage"].items() if k != "duration_s"}
     limits = {k: v for k, v in run["budget"]["limits"].items() if k != "max_duration_s"}
     budget = {**run["budget"], "limits": limits}
-    return {**run, "usage": usage, "budget": budget, "links": None, "retrying": None}
+    return {
+        **run,
+        "usage": usage,
+        "budget": budget,
+        "links": None,
+        "retrying": None,
+        "schedule_id": None,
+    }
 
 
 async def test_an_ended_run_answers_from_what_it_stored_without_a_worker(

@@ -175,3 +175,28 @@ async def test_bad_resume_points_are_refused(api_url: str) -> None:
         assert bad.status_code in (404, 422)
         negative = await api.get("/v1/runs/run-" + "0" * 32 + "/events?after=-1")
         assert negative.status_code == 422
+
+
+async def test_events_as_json_pages_wait_for_the_next_and_say_when_the_run_ended(
+    api: httpx.AsyncClient, worker: Worker
+) -> None:
+    plan = {"steps": [{"id": "w", "wait": {"seconds": 1.5}}, {"id": "e", "tool": "echo"}]}
+    created = await api.post("/v1/runs", json={"goal": "pages", "plan": plan})
+    run_id = created.json()["run_id"]
+    seen: list[dict[str, Any]] = []
+    after, ended = 0, False
+    while not ended:
+        page = await api.get(f"/v1/runs/{run_id}/events/page", params={"after": after, "wait_s": 5})
+        assert page.status_code == 200, page.text
+        body = page.json()
+        seen += body["events"]
+        after, ended = body["next_after"], body["ended"]
+    assert [e["id"] for e in seen] == list(range(1, len(seen) + 1))
+    assert seen[-1]["type"] == "run.ended"
+    again = (await api.get(f"/v1/runs/{run_id}/events/page", params={"after": after})).json()
+    assert again == {"events": [], "next_after": after, "ended": True}
+    for bad in ({"after": -1}, {"wait_s": 31}, {"limit": 0}, {"limit": 501}, {"wait_s": "x"}):
+        refused = await api.get(f"/v1/runs/{run_id}/events/page", params=bad)
+        assert refused.status_code == 422, (bad, refused.text)
+    unknown = await api.get(f"/v1/runs/run-{'0' * 32}/events/page")
+    assert unknown.status_code == 404

@@ -1,4 +1,5 @@
-"""Live events of a run: `GET /v1/runs/{id}/events` as Server-Sent Events.
+"""Live events of a run: `GET /v1/runs/{id}/events` as Server-Sent Events, and
+`/events/page` as JSON pages for clients that cannot read a stream (a long poll).
 
 Each event carries its id (counted from 1 across the whole run), its type as the SSE event
 name, and itself as JSON data. A client that reconnects with `Last-Event-ID` (or
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
+from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowQueryFailedError
@@ -71,9 +73,65 @@ async def stream_events(
     return EventSourceResponse(_stream(feed, handle, start), ping=PING_S)
 
 
+class EventsPage(BaseModel):
+    """Events of a run after an id, as one JSON answer."""
+
+    events: list[RunEvent]
+    next_after: int = Field(description="the last event id given: ask after it next")
+    ended: bool = Field(description="the run has ended and every event of it was given")
+
+
+@router.get("/{run_id}/events/page", responses=answers(404))
+async def page_events(
+    run_id: str,
+    request: Request,
+    client: TemporalClient,
+    caller: Reader,
+    after: Annotated[int, Query(ge=0, description="the events after this id")] = 0,
+    wait_s: Annotated[
+        float, Query(ge=0, le=30, description="how long to wait for one when there is none")
+    ] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> EventsPage:
+    """The run's events after `after` as one JSON page, for clients that cannot read a
+    stream: waits up to `wait_s` for the first new one (a long poll)."""
+    handle, _ = await describe_run(client, run_id)
+    feed: EventFeed = request.app.state.events
+    found: list[RunEvent] = []
+    events = _events(feed, handle, after)
+    ended = False
+    try:
+        async with asyncio.timeout(wait_s):
+            async for event in events:
+                if event is None:  # nothing more for now
+                    if found:
+                        break
+                    continue
+                found.append(event)
+                if len(found) >= limit:
+                    break
+            else:
+                ended = True
+    except TimeoutError:
+        pass
+    finally:
+        await events.aclose()
+    return EventsPage(events=found, next_after=found[-1].id if found else after, ended=ended)
+
+
 async def _stream(
     feed: EventFeed, handle: WorkflowHandle[Any, Any], after: int
 ) -> AsyncIterator[ServerSentEvent]:
+    async for event in _events(feed, handle, after):
+        if event is not None:
+            yield _sse(event)
+
+
+async def _events(
+    feed: EventFeed, handle: WorkflowHandle[Any, Any], after: int
+) -> AsyncGenerator[RunEvent | None, None]:
+    """The run's events after `after` as they come, until its last; None each time there is
+    nothing more to give for now."""
     idle = 0
     backoff = POLL_S
     while True:
@@ -81,6 +139,7 @@ async def _stream(
             page = await feed.page(handle, after)
         except (RPCError, WorkflowQueryFailedError) as exc:  # away or failing: keep, wait
             log.warning("events of %s: %s; trying again in %g s", handle.id, exc, backoff)
+            yield None
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, RETRY_MAX_S)
             continue
@@ -90,7 +149,7 @@ async def _stream(
             earlier = await run_in_threadpool(feed.archived, handle.id, page.archived, after)
             events = [e for e in earlier if e.id < page.first_kept] + events
         for event in events:
-            yield _sse(event)
+            yield event
             after = event.id
         if page.ended and after >= page.last:
             return
@@ -101,6 +160,7 @@ async def _stream(
             idle = 0
             if await _closed(handle):
                 return
+        yield None
         await asyncio.sleep(POLL_S)
 
 
