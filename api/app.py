@@ -27,6 +27,7 @@ from api.routes import (
     health,
     metrics,
     prometheus,
+    retries,
     runs,
     schedules,
     tools,
@@ -86,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.events = EventFeed(settings, prometheus.instrument(app))
     app.include_router(health.router)
     app.include_router(runs.router)
+    app.include_router(retries.router)
     app.include_router(schedules.router)
     app.include_router(events.router)
     app.include_router(approvals.router)

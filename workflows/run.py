@@ -26,6 +26,7 @@ from workflows.parts import RunParts
 from workflows.result import bounded
 from workflows.scheduler import PlanScheduler
 from workflows.status import TemporalDisplay
+from workflows.steps import DONE
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: pydantic models and constants, no I/O at import. Passing them
@@ -80,6 +81,14 @@ class RunWorkflow:
         self._p.status.agent = self._agent.state if self._agent else None
         if inp.carry is not None:
             self._handover.restore(inp.carry)
+        elif inp.reuse is not None:  # a retry: what the retried run did is done
+            self._p.steps.take_over(inp.reuse.steps)
+            taken = sum(1 for s in self._p.steps.by_id.values() if s.status in DONE)
+            self._p.audit.record(
+                inp.owner,
+                "retry",
+                f"of {inp.reuse.run_id}: its {taken} completed steps are taken over, not run again",
+            )
 
     # --- handlers ---------------------------------------------------------------------------
 

@@ -49,6 +49,17 @@ class StepBook:
         self.done = sum(1 for s in steps if s.status in DONE)
         self.dropped = dropped
 
+    def take_over(self, done: dict[str, StepState]) -> None:
+        """Count as done, with what they recorded, the steps a retried run completed or
+        skipped (and this plan still has)."""
+        for step_id, recorded in done.items():
+            state = self.by_id.get(step_id)
+            if state is None or recorded.status not in DONE or state.kind != recorded.kind:
+                continue
+            self.by_id[step_id] = recorded.model_copy()
+            self.done += 1
+            self._ended(self.by_id[step_id])
+
     def add(self, step_id: str, kind: StepKind) -> StepState:
         """A new step record, pending."""
         state = self.by_id[step_id] = StepState(id=step_id, kind=kind)

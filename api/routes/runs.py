@@ -164,7 +164,7 @@ async def describe_run(
     return handle, desc
 
 
-def _status_of(desc: WorkflowExecutionDescription) -> RunStatusName:
+def run_status_of(desc: WorkflowExecutionDescription) -> RunStatusName:
     return run_status(desc.status, desc.typed_search_attributes.get(STATUS_ATTRIBUTE))
 
 
@@ -210,13 +210,13 @@ async def _open_state(client: Client, run_id: str) -> RunDetail | None:
     return _detail(state)
 
 
-async def _stored(
+async def stored_part(
     settings: Settings, run_id: str, desc: WorkflowExecutionDescription, part: str
 ) -> Any:
     """One part of the record an ended run stored as it ended (workflows/final.py); None
     if the run is live, has no record or none with that part, or the store cannot give
     it: then the run's query answers."""
-    if _status_of(desc) not in FINAL_RUN_STATUSES:
+    if run_status_of(desc) not in FINAL_RUN_STATUSES:
         return None
     artifact = await desc.memo_value(wire.FINAL_RECORD_MEMO, None)
     if not isinstance(artifact, str):
@@ -337,6 +337,31 @@ def run_details(inp: RunInput) -> str:
     return f"goal-only run; acceptance: {criteria}; tools: {', '.join(inp.agent.tools)}"
 
 
+async def start_run(
+    client: Client, settings: Settings, inp: RunInput, memo: dict[str, Any] | None = None
+) -> None:
+    """Start the run `inp` (its run id set) as the API starts every run: its status and
+    labels searchable, its goal, labels and owner in its memo (with `memo`)."""
+    labels = [f"{k}:{v}" for k, v in sorted(inp.labels.items())]
+    await client.start_workflow(
+        wire.RUN_WORKFLOW,
+        inp,
+        id=inp.run_id,
+        task_queue=settings.task_queue,
+        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(STATUS_ATTRIBUTE, "running"),
+                SearchAttributePair(LABELS_ATTRIBUTE, labels),
+            ]
+        ),
+        memo={"goal": inp.goal, "labels": inp.labels, "owner": inp.owner, **(memo or {})},
+        static_summary=inp.goal,
+        static_details=run_details(inp),
+    )
+
+
 @router.post("", status_code=202, responses=answers(409))
 async def create_run(
     body: RunRequest,
@@ -362,29 +387,12 @@ async def create_run(
         # Scoped to the caller: two clients using the same key get two runs.
         scoped = f"{caller.name}\n{idempotency_key}"
         run_id = f"run-{uuid.uuid5(IDEMPOTENCY_NAMESPACE, scoped).hex}"
-    labels = [f"{k}:{v}" for k, v in sorted(body.labels.items())]
     try:
-        await client.start_workflow(
-            wire.RUN_WORKFLOW,
+        await start_run(
+            client,
+            settings,
             inp.model_copy(update={"run_id": run_id, "owner": caller.name}),
-            id=run_id,
-            task_queue=settings.task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(STATUS_ATTRIBUTE, "running"),
-                    SearchAttributePair(LABELS_ATTRIBUTE, labels),
-                ]
-            ),
-            memo={
-                "goal": body.goal,
-                "labels": body.labels,
-                "owner": caller.name,
-                "request_sha256": fingerprint,
-            },
-            static_summary=body.goal,
-            static_details=run_details(inp),
+            {"request_sha256": fingerprint},
         )
         status: RunStatusName = "running"
     except WorkflowAlreadyStartedError:
@@ -393,7 +401,7 @@ async def create_run(
             raise HTTPException(
                 409, "this Idempotency-Key was already used for a different request"
             ) from None
-        status = _status_of(desc)
+        status = run_status_of(desc)
     return RunCreated(run_id=run_id, status=status, links=run_links(settings, run_id))
 
 
@@ -476,8 +484,8 @@ async def get_run(
     if isinstance(described, BaseException):
         raise described
     handle, desc = described
-    final = _status_of(desc)
-    stored = await _stored(settings, run_id, desc, "status")
+    final = run_status_of(desc)
+    stored = await stored_part(settings, run_id, desc, "status")
     detail = None if stored is None else _detail(stored)
     if detail is None and isinstance(queried, RunDetail):
         detail = queried  # open: live, or storing its final status
@@ -517,7 +525,7 @@ async def decide_approval(
     """Approve or reject a gated step. Exactly one decision on a request is taken: every
     other caller gets 409 naming the decision that won."""
     handle, desc = await describe_run(client, run_id)
-    if _status_of(desc) in FINAL_RUN_STATUSES:
+    if run_status_of(desc) in FINAL_RUN_STATUSES:
         await _ended_decision(handle, run_id, approval_id)
     # Without API keys everyone is the same local caller, so four eyes cannot apply.
     four_eyes = settings.four_eyes and bool(settings.api_keys)
@@ -629,7 +637,7 @@ async def _live_run(
     handle, desc = await describe_run(client, run_id)
     if not caller.may(others) and await desc.memo_value("owner", None) != caller.name:
         raise HTTPException(403, f"submitters may {action} only the runs they started")
-    if (status := _status_of(desc)) in FINAL_RUN_STATUSES:
+    if (status := run_status_of(desc)) in FINAL_RUN_STATUSES:
         raise HTTPException(409, f"run '{run_id}' has already ended ({status})")
     return handle
 
@@ -685,7 +693,7 @@ async def get_step(
 ) -> StepState:
     """One step in full, its whole output included (status previews big outputs)."""
     handle, desc = await describe_run(client, run_id)
-    steps = await _stored(settings, run_id, desc, "steps")
+    steps = await stored_part(settings, run_id, desc, "steps")
     state: StepState | None
     if steps is not None:
         state = StepState.model_validate(steps[step_id]) if step_id in steps else None
@@ -702,7 +710,7 @@ async def get_audit(
 ) -> AuditTrail:
     """Every decision about the run, oldest first: who, when, what and why."""
     handle, desc = await describe_run(client, run_id)
-    stored = await _stored(settings, run_id, desc, "audit")
+    stored = await stored_part(settings, run_id, desc, "audit")
     trail: AuditTrail = (
         AuditTrail.model_validate(stored)
         if stored is not None

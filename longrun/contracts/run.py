@@ -206,6 +206,15 @@ class RunInput(BaseModel):
     budget: Budget = Field(default_factory=Budget)
     on_failure: Literal["stop", "compensate"] = "stop"
     carry: RunCarry | None = None
+    reuse: Reuse | None = None
+
+
+class Reuse(BaseModel):
+    """What a retry takes over from the run it retries: the steps that run completed (or
+    skipped), which the new run counts as done with their recorded outputs."""
+
+    run_id: str
+    steps: dict[str, StepState]
 
 
 class RunResult(BaseModel):

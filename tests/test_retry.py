@@ -1,0 +1,108 @@
+"""Retry of a failed plan run: the new run takes over the steps the old one completed (their
+outputs, not run again, not charged again) and runs the rest; calls are counted where they
+arrive, at the model stand-in and at a receiver."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request, Response
+from temporalio.worker import Worker
+
+from longrun.dev.stack import ServerThread
+from tests.helpers import Poll, StandIn, submit
+
+
+class Receiver:
+    """Counts requests by path; `/gate` answers 503 until opened."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.open = False
+        self.app = FastAPI()
+
+        @self.app.api_route("/{name}", methods=["GET", "POST"])
+        async def hit(name: str, request: Request) -> Response:
+            self.counts[name] += 1
+            if name == "gate" and not self.open:
+                return Response("closed", status_code=503)
+            return Response('{"ok": true}', media_type="application/json")
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[Receiver, str]]:
+    found = Receiver()
+    with ServerThread(found.app) as server:
+        yield found, server.url
+
+
+def _plan(url: str) -> list[dict[str, Any]]:
+    """Ten steps one after another: model steps and GETs, the seventh of the gate."""
+    steps: list[dict[str, Any]] = []
+    for n in range(1, 11):
+        if n == 7:
+            step = {
+                "tool": "http_request",
+                "args": {"method": "GET", "url": f"{url}/gate"},
+                "retry": {"max_attempts": 1},
+            }
+        elif n % 2:
+            step = {"model": {"prompt": f"retry-test step {n}"}}
+        else:
+            step = {"tool": "http_request", "args": {"method": "GET", "url": f"{url}/s{n}"}}
+        steps.append({"id": f"s{n}", **step, **({"depends_on": [f"s{n - 1}"]} if n > 1 else {})})
+    return steps
+
+
+async def test_a_retry_runs_only_the_steps_from_the_one_that_failed(
+    api: httpx.AsyncClient,
+    worker: Worker,
+    standin: StandIn,
+    wait_run: Poll,
+    receiver: tuple[Receiver, str],
+) -> None:
+    target, url = receiver
+    failed_id = await submit(api, _plan(url))
+    failed = await wait_run(failed_id)
+    assert failed["status"] == "failed", failed
+    assert [s["status"] for s in failed["steps"]] == ["completed"] * 6 + ["failed"] + [
+        "cancelled"
+    ] * 3
+    first_usage = failed["usage"]
+
+    target.open = True
+    retried = await api.post(f"/v1/runs/{failed_id}/retry")
+    assert retried.status_code == 202, retried.text
+    body = retried.json()
+    assert body["retry_of"] == failed_id and body["reused"] == [f"s{n}" for n in range(1, 7)]
+    run = await wait_run(body["run_id"])
+    assert run["status"] == "completed", run
+    assert all(s["status"] == "completed" for s in run["steps"])
+    # The taken-over steps keep the outputs the first run recorded.
+    assert [s["output"] for s in run["steps"][:6]] == [s["output"] for s in failed["steps"][:6]]
+
+    # Steps 1-6 ran once (in the first run), 7 twice (failed, then in the retry), 8-10 once.
+    assert target.counts == Counter({"s2": 1, "s4": 1, "s6": 1, "gate": 2, "s8": 1, "s10": 1})
+    for n in (1, 3, 5, 9):
+        assert len(standin.calls(f"retry-test step {n}")) == 1, n
+    # Not charged again: the retry paid for its own model calls only.
+    assert (run["usage"]["model_calls"], run["usage"]["tool_calls"]) == (1, 3)  # 9; 7, 8, 10
+    assert (first_usage["model_calls"], first_usage["tool_calls"]) == (3, 4)
+
+    trail = (await api.get(f"/v1/runs/{body['run_id']}/audit")).json()["entries"]
+    assert any(e["action"] == "retry" and failed_id in (e["detail"] or "") for e in trail)
+
+
+async def test_only_failed_or_cancelled_plan_runs_are_retried(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+) -> None:
+    done = await submit(api, [{"id": "a", "tool": "echo"}])
+    await wait_run(done)
+    refused = await api.post(f"/v1/runs/{done}/retry")
+    assert refused.status_code == 409 and "completed" in refused.json()["detail"]
+    assert (await api.post(f"/v1/runs/run-{'0' * 32}/retry")).status_code == 404
+    assert (await api.post("/v1/runs/nope/retry")).status_code == 404
