@@ -106,3 +106,53 @@ async def test_only_failed_or_cancelled_plan_runs_are_retried(
     assert refused.status_code == 409 and "completed" in refused.json()["detail"]
     assert (await api.post(f"/v1/runs/run-{'0' * 32}/retry")).status_code == 404
     assert (await api.post("/v1/runs/nope/retry")).status_code == 404
+
+
+async def test_a_fork_runs_again_from_a_step_with_later_steps_changed(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll, receiver: tuple[Receiver, str]
+) -> None:
+    target, url = receiver
+    target.open = True
+    steps = [
+        {"id": "a", "tool": "http_request", "args": {"method": "GET", "url": f"{url}/a"}},
+        {"id": "b", "tool": "echo", "args": {"value": "b"}, "depends_on": ["a"]},
+        {
+            "id": "side",
+            "tool": "http_request",
+            "args": {"method": "GET", "url": f"{url}/side"},
+            "depends_on": [],
+        },
+        {"id": "c", "tool": "http_request", "args": {"method": "GET", "url": f"{url}/c"}},
+        {"id": "d", "tool": "echo", "args": {"value": "d"}, "depends_on": ["c"]},
+    ]
+    steps[3]["depends_on"] = ["b"]
+    original = await submit(api, steps)
+    assert (await wait_run(original))["status"] == "completed"
+
+    patch = [{"id": "d", "tool": "echo", "args": {"value": "d, changed"}, "depends_on": ["c"]}]
+    forked = await api.post(
+        f"/v1/runs/{original}/fork", json={"from_step": "b", "plan_patch": patch}
+    )
+    assert forked.status_code == 202, forked.text
+    body = forked.json()
+    assert body["retry_of"] == original and sorted(body["reused"]) == ["a", "side"]
+    run = await wait_run(body["run_id"])
+    assert run["status"] == "completed", run
+    outputs = {s["id"]: s["output"] for s in run["steps"]}
+    assert outputs["d"] == {"value": "d, changed"} and outputs["b"] == {"value": "b"}
+    # a and side ran once (in the original); c, which depends on b, twice.
+    assert target.counts == Counter({"a": 1, "side": 1, "c": 2})
+
+    refusals = [
+        ({"from_step": "zz"}, "from_step"),
+        ({"from_step": "c", "plan_patch": [{"id": "a", "tool": "echo"}]}, "taken over"),
+        ({"from_step": "c", "plan_patch": [{"id": "d", "tool": "nope"}]}, "nope"),
+        ({"from_step": "c", "plan_patch": [{"id": "d", "tool": "echo"}] * 2}, "twice"),
+        ({"from_step": "c", "compensate": True}, "compensate"),
+        ({}, "from_step"),
+    ]
+    for refused_body, said in refusals:
+        refused = await api.post(f"/v1/runs/{original}/fork", json=refused_body)
+        assert refused.status_code == 422, (refused_body, refused.text)
+        assert said in refused.text, refused.text
+    assert target.counts == Counter({"a": 1, "side": 1, "c": 2})  # nothing more ran

@@ -1,26 +1,45 @@
-"""Retry: a new run of a failed or cancelled plan run that takes over the steps it completed
-(their recorded outputs; not run again, not charged again) and goes on from the first step
-that did not complete."""
+"""Retry and fork: a new run of a plan run that takes over steps it completed (their recorded
+outputs; not run again, not charged again). A retry of a failed or cancelled run goes on
+from the first step that did not complete; a fork of an ended run goes on from a chosen
+step, optionally with that step and later ones changed."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from starlette.concurrency import run_in_threadpool
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle
 
 from activities.artifacts import store_for
+from activities.tools import REGISTRY
 from api.auth import Submitter
-from api.deps import SettingsDep, TemporalClient
-from api.routes.runs import describe_run, run_links, run_status_of, start_run, stored_part
+from api.deps import PolicyDep, SettingsDep, TemporalClient
+from api.routes.runs import (
+    describe_run,
+    fail_validation,
+    run_links,
+    run_status_of,
+    start_run,
+    stored_part,
+)
 from api.schemas import RunCreated, answers
 from longrun import refs, wire
-from longrun.contracts import Reuse, RunInput, StepQuery, StepState
+from longrun.contracts import (
+    FINAL_RUN_STATUSES,
+    STEP_ID_PATTERN,
+    Plan,
+    Reuse,
+    RunInput,
+    Step,
+    StepQuery,
+    StepState,
+)
+from longrun.plans import normalize_plan, validate_plan
 from longrun.settings import Settings
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=answers(401, 403, 503))
@@ -30,10 +49,26 @@ DONE = ("completed", "skipped")
 
 
 class RetryCreated(RunCreated):
-    """The new run a retry started."""
+    """The new run a retry or fork started."""
 
-    retry_of: str = Field(description="the run it retries")
+    retry_of: str = Field(description="the run it retries or forks")
     reused: list[str] = Field(description="the steps it takes over, done, from that run")
+
+
+class ForkRequest(BaseModel):
+    """Where a fork goes on from, and what it changes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    from_step: Annotated[str, StringConstraints(pattern=STEP_ID_PATTERN)] = Field(
+        description="run again from this step: it and every step that depends on it"
+    )
+    plan_patch: list[Step] | None = Field(
+        None,
+        max_length=1000,
+        description="steps that replace the plan's steps of the same id, or are added; only "
+        "steps that run again may change",
+    )
 
 
 @router.post("/{run_id}/retry", status_code=202, responses=answers(404, 409))
@@ -52,17 +87,30 @@ async def retry_run(
             422, "a goal-only run plans again from its goal: submit the goal as a new run"
         )
     done = await _done_steps(settings, run_id, desc, handle, [s.id for s in inp.plan.steps])
+    return await _start_again(client, settings, run_id, inp, done, caller.name, "retry_of")
+
+
+async def _start_again(
+    client: Client,
+    settings: Settings,
+    run_id: str,
+    inp: RunInput,
+    done: dict[str, StepState],
+    owner: str,
+    link: str,
+) -> RetryCreated:
+    """Start the new run of `inp`, taking over the `done` steps of `run_id`."""
     new_id = f"run-{uuid.uuid4().hex}"
     await run_in_threadpool(_copy_artifacts, settings, run_id, new_id, done)
-    retry = inp.model_copy(
+    again = inp.model_copy(
         update={
             "run_id": new_id,
-            "owner": caller.name,
+            "owner": owner,
             "carry": None,
             "reuse": Reuse(run_id=run_id, steps=done),
         }
     )
-    await start_run(client, settings, retry, {"retry_of": run_id})
+    await start_run(client, settings, again, {link: run_id})
     return RetryCreated(
         run_id=new_id,
         status="running",
@@ -70,6 +118,55 @@ async def retry_run(
         retry_of=run_id,
         reused=list(done),
     )
+
+
+@router.post("/{run_id}/fork", status_code=202, responses=answers(404, 409))
+async def fork_run(
+    run_id: str,
+    body: ForkRequest,
+    client: TemporalClient,
+    settings: SettingsDep,
+    policy: PolicyDep,
+    caller: Submitter,
+) -> RetryCreated:
+    """Start a new run of an ended plan run from `from_step`: the steps it completed that
+    neither are that step nor depend on it are taken over; the rest run, as patched."""
+    handle, desc = await describe_run(client, run_id)
+    status = run_status_of(desc)
+    if status not in FINAL_RUN_STATUSES:
+        raise HTTPException(409, f"run '{run_id}' is {status}: only an ended run is forked")
+    inp = await _input_of(client, handle)
+    if inp.plan is None:
+        raise HTTPException(
+            422, "a goal-only run plans again from its goal: submit the goal as a new run"
+        )
+    ids = [s.id for s in inp.plan.steps]
+    if body.from_step not in ids:
+        raise fail_validation(
+            ("body", "from_step"), f"run '{run_id}' has no step '{body.from_step}'"
+        )
+    again = _with_dependents(inp.plan, body.from_step)
+    patch = {s.id: s for s in body.plan_patch or []}
+    if len(patch) != len(body.plan_patch or []):
+        raise fail_validation(("body", "plan_patch"), "a step id is given twice")
+    frozen = sorted(set(patch) & (set(ids) - again))
+    if frozen:
+        raise fail_validation(
+            ("body", "plan_patch"),
+            f"steps {', '.join(frozen)} are taken over, not run again, so they cannot change",
+        )
+    try:
+        plan = Plan(steps=[patch.pop(s.id, s) for s in inp.plan.steps] + list(patch.values()))
+    except ValidationError as exc:  # too many steps
+        raise fail_validation(("body", "plan_patch"), exc.errors()[0]["msg"]) from None
+    errors = validate_plan(plan, REGISTRY, policy)
+    if errors:  # located in the patched plan, whose steps are the run's and the patch's
+        where = [f"{'.'.join(str(p) for p in e.loc[2:])}: {e.msg}" for e in errors]
+        raise fail_validation(("body", "plan_patch"), "the patched plan: " + "; ".join(where))
+    done = await _done_steps(settings, run_id, desc, handle, ids)
+    kept = {k: v for k, v in done.items() if k not in again}
+    forked = inp.model_copy(update={"plan": normalize_plan(plan, REGISTRY, policy)})
+    return await _start_again(client, settings, run_id, forked, kept, caller.name, "fork_of")
 
 
 async def _input_of(client: Client, handle: WorkflowHandle[Any, Any]) -> RunInput:
@@ -103,6 +200,15 @@ async def _done_steps(
             if state is not None:
                 states.append(state)
     return {s.id: s for s in states if s.status in DONE}
+
+
+def _with_dependents(plan: Plan, step_id: str) -> set[str]:
+    """`step_id` and every step that depends on it, directly or not."""
+    found = {step_id}
+    for step in plan.steps:  # a valid plan lists a step after those it depends on
+        if found & set(step.depends_on or []):
+            found.add(step.id)
+    return found
 
 
 def _copy_artifacts(
