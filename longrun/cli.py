@@ -134,9 +134,10 @@ def demo(
 @app.command()
 def mcp(api_url: ApiUrl = DEFAULT_API_URL, api_key: ApiKey = None) -> None:
     """Serve longrun's MCP tools over stdio (submit a run, follow it, decide approvals), each
-    a call of the API with your key.
+    a call of the API with your key; an MCP client starts it as {"command": "longrun",
+    "args": ["mcp"]}.
 
-    Example (an MCP client's server entry): {"command": "longrun", "args": ["mcp"]}
+    Example: LONGRUN_API_KEY=... longrun mcp --api-url http://127.0.0.1:8000
     """
     from longrun.mcp_server import serve_stdio
 

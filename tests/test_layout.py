@@ -129,3 +129,24 @@ def test_workflow_modules_hold_no_mutable_state() -> None:
             ):
                 shared.append(f"{name}.{var}: {type(value).__name__}")
     assert not shared, f"module-level mutable values in workflows/: {shared}"
+
+
+def test_every_contract_is_complete_when_imported() -> None:
+    # A model that names a class defined after it is only built on first use, which inside
+    # the workflow sandbox cannot see the module's names: the run's input then fails to
+    # decode ("TypeAdapter[RunInput] is not fully defined"). Checked in a fresh interpreter,
+    # before anything has used them.
+    script = (
+        "import importlib, pkgutil, pydantic, longrun.contracts as c\n"
+        "for m in pkgutil.walk_packages(c.__path__, 'longrun.contracts.'):\n"
+        "    mod = importlib.import_module(m.name)\n"
+        "    for name, value in vars(mod).items():\n"
+        "        if isinstance(value, type) and issubclass(value, pydantic.BaseModel) \\\n"
+        "                and value.__module__ == mod.__name__ \\\n"
+        "                and not value.__pydantic_complete__:\n"
+        "            print(f'{m.name}.{name}')\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert found.stdout == "", f"incomplete until first use: {found.stdout.split()}"

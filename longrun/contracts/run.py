@@ -193,6 +193,14 @@ class RunCarry(BaseModel):
     deferred_decisions: list[ApprovalDecision] = Field(default_factory=list)
 
 
+class Reuse(BaseModel):
+    """What a retry takes over from the run it retries: the steps that run completed (or
+    skipped), which the new run counts as done with their recorded outputs."""
+
+    run_id: str
+    steps: dict[str, StepState]
+
+
 class RunInput(BaseModel):
     """Input of the run workflow: a validated, normalised plan and its context."""
 
@@ -207,14 +215,6 @@ class RunInput(BaseModel):
     on_failure: Literal["stop", "compensate"] = "stop"
     carry: RunCarry | None = None
     reuse: Reuse | None = None
-
-
-class Reuse(BaseModel):
-    """What a retry takes over from the run it retries: the steps that run completed (or
-    skipped), which the new run counts as done with their recorded outputs."""
-
-    run_id: str
-    steps: dict[str, StepState]
 
 
 class RunResult(BaseModel):
