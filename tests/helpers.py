@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from longrun.dev.stack import ServerThread
+from longrun.dev.stack import ServerThread, free_port
 from longrun.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -129,6 +129,17 @@ def start_worker(
             break
         time.sleep(0.05)
     raise AssertionError(f"worker did not start: {log.read_text()}")
+
+
+@contextmanager
+def api_process(settings: Settings, cwd: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """The API as its own process on a free port, for the block; its URL."""
+    port = free_port()
+    proc = start_api(settings, cwd, port, env)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_processes(proc)
 
 
 def stop_processes(*procs: subprocess.Popen[bytes] | None) -> None:

@@ -24,17 +24,13 @@ from longrun.client import (
 )
 from longrun.dev.stack import free_port
 from longrun.settings import Settings
-from tests.helpers import REPO, start_api, stop_processes
+from tests.helpers import REPO, api_process
 
 
 @pytest.fixture
 def api_url(settings: Settings, tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    proc = start_api(settings, tmp_path, port)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_processes(proc)
+    with api_process(settings, tmp_path) as url:
+        yield url
 
 
 def longrun(api_url: str, *args: str) -> subprocess.Popen[str]:

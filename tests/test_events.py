@@ -19,7 +19,7 @@ from temporalio.worker import Replayer, Worker
 from longrun.dev.stack import free_port
 from longrun.settings import Settings
 from longrun.temporal import DATA_CONVERTER
-from tests.helpers import start_api, stop_processes
+from tests.helpers import api_process, start_api, stop_processes
 from workflows import RunWorkflow
 
 Event = dict[str, str]
@@ -28,12 +28,8 @@ Event = dict[str, str]
 @pytest.fixture
 def api_url(settings: Settings, tmp_path: Path) -> Iterator[str]:
     """The API as its own process (streams need a real server), segments of 3 steps."""
-    port = free_port()
-    proc = start_api(settings.model_copy(update={"continue_as_new_every": 3}), tmp_path, port)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_processes(proc)
+    with api_process(settings.model_copy(update={"continue_as_new_every": 3}), tmp_path) as url:
+        yield url
 
 
 async def read_events(

@@ -13,9 +13,8 @@ import pytest
 from playwright.async_api import Browser, async_playwright
 from temporalio.worker import Worker
 
-from longrun.dev.stack import free_port
 from longrun.settings import Settings, hash_key
-from tests.helpers import Poll, start_api, stop_processes
+from tests.helpers import Poll, api_process
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # As the machine's closed network wants Chromium: no background connections.
@@ -45,12 +44,8 @@ def api_url(settings: Settings, tmp_path: Path) -> Iterator[str]:
         {"name": "sam", "sha256": hash_key(SUBMITTER), "roles": ["submitter"]},
         {"name": "ana", "sha256": hash_key(APPROVER), "roles": ["approver"]},
     ]
-    port = free_port()
-    proc = start_api(settings, tmp_path, port, env={"LONGRUN_API_KEYS": json.dumps(keys)})
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_processes(proc)
+    with api_process(settings, tmp_path, env={"LONGRUN_API_KEYS": json.dumps(keys)}) as url:
+        yield url
 
 
 async def test_a_person_approves_a_step_in_the_inbox_page(

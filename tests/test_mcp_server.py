@@ -21,9 +21,9 @@ from mcp.client.streamable_http import streamable_http_client
 from temporalio.worker import Worker
 
 from api.app import create_app
-from longrun.dev.stack import ServerThread, free_port
+from longrun.dev.stack import ServerThread
 from longrun.settings import ApiKey, Settings, hash_key
-from tests.helpers import REPO, start_api, stop_processes
+from tests.helpers import REPO, api_process
 
 PLAN = {
     "steps": [
@@ -36,12 +36,8 @@ PLAN = {
 
 @pytest.fixture
 def api_url(settings: Settings, tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    proc = start_api(settings, tmp_path, port)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_processes(proc)
+    with api_process(settings, tmp_path) as url:
+        yield url
 
 
 def _server(api_url: str) -> StdioServerParameters:

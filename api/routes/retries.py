@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Collection
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException
@@ -77,15 +78,8 @@ async def retry_run(
 ) -> RetryCreated:
     """Start a new run of a failed or cancelled plan run: the steps it completed count as
     done with their recorded outputs, and the new run goes on from the first that did not."""
-    handle, desc = await describe_run(client, run_id)
-    status = run_status_of(desc)
-    if status not in RETRYABLE:
-        raise HTTPException(409, f"run '{run_id}' is {status}: only a failed or cancelled run")
-    inp = await _input_of(client, handle)
-    if inp.plan is None:
-        raise HTTPException(
-            422, "a goal-only run plans again from its goal: submit the goal as a new run"
-        )
+    handle, desc, inp = await _plan_run(client, run_id, RETRYABLE, "a failed or cancelled run")
+    assert inp.plan is not None
     done = await _done_steps(settings, run_id, desc, handle, [s.id for s in inp.plan.steps])
     return await _start_again(client, settings, run_id, inp, done, caller.name, "retry_of")
 
@@ -131,15 +125,8 @@ async def fork_run(
 ) -> RetryCreated:
     """Start a new run of an ended plan run from `from_step`: the steps it completed that
     neither are that step nor depend on it are taken over; the rest run, as patched."""
-    handle, desc = await describe_run(client, run_id)
-    status = run_status_of(desc)
-    if status not in FINAL_RUN_STATUSES:
-        raise HTTPException(409, f"run '{run_id}' is {status}: only an ended run is forked")
-    inp = await _input_of(client, handle)
-    if inp.plan is None:
-        raise HTTPException(
-            422, "a goal-only run plans again from its goal: submit the goal as a new run"
-        )
+    handle, desc, inp = await _plan_run(client, run_id, FINAL_RUN_STATUSES, "an ended run")
+    assert inp.plan is not None
     ids = [s.id for s in inp.plan.steps]
     if body.from_step not in ids:
         raise fail_validation(
@@ -167,6 +154,23 @@ async def fork_run(
     kept = {k: v for k, v in done.items() if k not in again}
     forked = inp.model_copy(update={"plan": normalize_plan(plan, REGISTRY, policy)})
     return await _start_again(client, settings, run_id, forked, kept, caller.name, "fork_of")
+
+
+async def _plan_run(
+    client: Client, run_id: str, statuses: Collection[str], which: str
+) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription, RunInput]:
+    """The run to start again, its description and input: 409 unless its status is one of
+    `statuses` (`which` in words), 422 for a goal-only run."""
+    handle, desc = await describe_run(client, run_id)
+    status = run_status_of(desc)
+    if status not in statuses:
+        raise HTTPException(409, f"run '{run_id}' is {status}: only {which}")
+    inp = await _input_of(client, handle)
+    if inp.plan is None:
+        raise HTTPException(
+            422, "a goal-only run plans again from its goal: submit the goal as a new run"
+        )
+    return handle, desc, inp
 
 
 async def _input_of(client: Client, handle: WorkflowHandle[Any, Any]) -> RunInput:

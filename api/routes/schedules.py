@@ -316,10 +316,7 @@ async def pause_schedule(
     body: ScheduleNote | None = None,
 ) -> ScheduleDetail:
     """Stop starting runs until it is resumed; runs already started go on."""
-    handle, _ = await _handle(client, schedule_id)
-    reason = body.reason if body is not None and body.reason else "paused"
-    await handle.pause(note=f"{reason} (by {caller.name})")
-    return await _detail(schedule_id, await handle.describe(), settings)
+    return await _set_paused(client, settings, schedule_id, True, caller.name, body)
 
 
 @router.post("/{schedule_id}/resume", responses=answers(404))
@@ -331,9 +328,23 @@ async def resume_schedule(
     body: ScheduleNote | None = None,
 ) -> ScheduleDetail:
     """Start runs again at its times."""
+    return await _set_paused(client, settings, schedule_id, False, caller.name, body)
+
+
+async def _set_paused(
+    client: Client,
+    settings: Settings,
+    schedule_id: str,
+    paused: bool,
+    who: str,
+    body: ScheduleNote | None,
+) -> ScheduleDetail:
     handle, _ = await _handle(client, schedule_id)
-    reason = body.reason if body is not None and body.reason else "resumed"
-    await handle.unpause(note=f"{reason} (by {caller.name})")
+    reason = (
+        body.reason if body is not None and body.reason else ("paused" if paused else "resumed")
+    )
+    note = f"{reason} (by {who})"
+    await (handle.pause(note=note) if paused else handle.unpause(note=note))
     return await _detail(schedule_id, await handle.describe(), settings)
 
 
