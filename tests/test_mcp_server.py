@@ -6,6 +6,7 @@ without one."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -20,9 +21,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from temporalio.worker import Worker
 
-from api.app import create_app
-from longrun.dev.stack import ServerThread
-from longrun.settings import ApiKey, Settings, hash_key
+from longrun.settings import Settings, hash_key
 from tests.helpers import REPO, api_process
 
 PLAN = {
@@ -99,14 +98,14 @@ async def test_an_mcp_client_submits_follows_and_approves_a_run(
 
 
 async def test_mcp_over_http_acts_with_the_key_it_was_sent(
-    settings: Settings, worker: Worker
+    settings: Settings, worker: Worker, tmp_path: Path
 ) -> None:
     keys = [
-        ApiKey(name="watcher", sha256=hash_key("key-w"), roles=["viewer"]),
-        ApiKey(name="sender", sha256=hash_key("key-s"), roles=["submitter"]),
+        {"name": "watcher", "sha256": hash_key("key-w"), "roles": ["viewer"]},
+        {"name": "sender", "sha256": hash_key("key-s"), "roles": ["submitter"]},
     ]
-    with ServerThread(create_app(settings.model_copy(update={"api_keys": keys}))) as api:
-        endpoint = f"{api.url}/mcp/"
+    with api_process(settings, tmp_path, env={"LONGRUN_API_KEYS": json.dumps(keys)}) as url:
+        endpoint = f"{url}/mcp/"
         async with httpx.AsyncClient() as http:
             hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
             assert (await http.post(endpoint, json=hello)).status_code == 401
