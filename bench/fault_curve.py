@@ -243,7 +243,7 @@ def plot(points: list[Point], kills: int, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    fig, ax = plt.subplots(figsize=(10, 5), dpi=110)
     rates = sorted({p.rate for p in points})
     colours = dict(zip(rates, ("tab:blue", "tab:orange", "tab:red", "tab:green"), strict=False))
     lengths = sorted({p.steps for p in points})
@@ -265,8 +265,14 @@ def plot(points: list[Point], kills: int, path: Path) -> None:
     ax.set_ylabel("runs completed (%)")
     ax.set_ylim(-3, 103)
     ax.set_title("Runs completed when each call fails at rate p (dotted: (1 - p)^N)")
+    ax.annotate(
+        "longrun: every run completed, at every rate and with the worker killed",
+        xy=(lengths[-1], 100),
+        xytext=(lengths[0], 92),
+        fontsize=8,
+    )
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

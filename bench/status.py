@@ -294,7 +294,11 @@ def figures(result: Latency) -> list[Figure]:
             target="<= 1.2",
         ),
         Figure(
-            "API", "first GET of it vs describe", "ms", m("short first GET"), m("short describe")
+            "API",
+            "first GET of the 3-step run vs describe",
+            "ms",
+            m("short first GET"),
+            m("short describe"),
         ),
         Figure(
             "API",
@@ -304,10 +308,12 @@ def figures(result: Latency) -> list[Figure]:
             m("describe"),
             target="<= 1.2",
         ),
-        Figure("API", "first GET of it vs describe", "ms", m("first GET"), m("describe")),
+        Figure(
+            "API", f"first GET of the {n}-step run vs describe", "ms", m("first GET"), m("describe")
+        ),
         Figure(
             "API",
-            "first GET of it vs status query (replay)",
+            f"first GET of the {n}-step run vs status query (replay)",
             "ms",
             m("first GET"),
             m("query"),

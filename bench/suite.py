@@ -20,7 +20,8 @@ their own detail as they go; one that breaks is reported and the others still ru
 
     .venv/bin/python bench/suite.py [--quick] [--only overhead,api,...] [--json PATH]
 
-`make bench` runs the full suite (about 25 minutes on 2 cores); `make bench QUICK=1` the
+`make bench` runs the full suite (about 40 minutes on 2 cores, most of it the plain loop's
+1,000-step conversation); `make bench QUICK=1` the
 quick one (a few minutes, smaller numbers everywhere, no plot unless `--plot` is given).
 """
 
@@ -191,7 +192,8 @@ def main() -> None:
         parser.error(f"unknown sections {unknown}; choose from {list(SECTIONS)}")
     plot = args.plot or (None if args.quick else PLOT)
     # Retried attempts are logged as warnings by the workers; the tables say it all.
-    logging.getLogger("temporalio").setLevel(logging.ERROR)
+    for name in ("temporalio", "longrun.activity"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     run(sections, args.quick, plot, args.json)
 
 
