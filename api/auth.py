@@ -35,6 +35,14 @@ class Principal(BaseModel):
         """The secrets among `names` this caller's runs may not name."""
         return [] if "*" in self.secrets else [n for n in names if n not in self.secrets]
 
+    def check_granted(self, names: list[str]) -> None:
+        """403 unless this caller's runs may name every secret in `names`."""
+        ungranted = self.ungranted(names)
+        if ungranted:
+            raise HTTPException(
+                403, f"the API key '{self.name}' is not granted the secrets {', '.join(ungranted)}"
+            )
+
 
 PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip", "via")
 

@@ -98,12 +98,17 @@ async def test_a_retry_runs_only_the_steps_from_the_one_that_failed(
 
 
 async def test_only_failed_or_cancelled_plan_runs_are_retried(
-    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:
     done = await submit(api, [{"id": "a", "tool": "echo"}])
     await wait_run(done)
     refused = await api.post(f"/v1/runs/{done}/retry")
     assert refused.status_code == 409 and "completed" in refused.json()["detail"]
+    goal = (await api.post("/v1/runs", json={"goal": "retry-test: a goal"})).json()["run_id"]
+    assert (await api.post(f"/v1/runs/{goal}/cancel", json={})).status_code == 202
+    assert (await wait_run(goal))["status"] == "cancelled"
+    refused = await api.post(f"/v1/runs/{goal}/retry")
+    assert refused.status_code == 409 and "goal-only" in refused.json()["detail"]
     assert (await api.post(f"/v1/runs/run-{'0' * 32}/retry")).status_code == 404
     assert (await api.post("/v1/runs/nope/retry")).status_code == 404
 

@@ -18,18 +18,19 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHand
 
 from activities.artifacts import store_for
 from activities.tools import REGISTRY
-from api.auth import Submitter
+from api.auth import Principal, Submitter
 from api.deps import PolicyDep, SettingsDep, TemporalClient
 from api.routes.runs import (
     describe_run,
     fail_validation,
+    query_run,
     run_links,
     run_status_of,
     start_run,
     stored_part,
 )
 from api.schemas import RunCreated, answers
-from longrun import refs, wire
+from longrun import refs, secrets, wire
 from longrun.contracts import (
     FINAL_RUN_STATUSES,
     STEP_ID_PATTERN,
@@ -81,7 +82,7 @@ async def retry_run(
     handle, desc, inp = await _plan_run(client, run_id, RETRYABLE, "a failed or cancelled run")
     assert inp.plan is not None
     done = await _done_steps(settings, run_id, desc, handle, [s.id for s in inp.plan.steps])
-    return await _start_again(client, settings, run_id, inp, done, caller.name, "retry_of")
+    return await _start_again(client, settings, run_id, inp, done, caller, "retry_of")
 
 
 async def _start_again(
@@ -90,16 +91,20 @@ async def _start_again(
     run_id: str,
     inp: RunInput,
     done: dict[str, StepState],
-    owner: str,
+    caller: Principal,
     link: str,
 ) -> RetryCreated:
-    """Start the new run of `inp`, taking over the `done` steps of `run_id`."""
+    """Start the new run of `inp`, taking over the `done` steps of `run_id`, for `caller`
+    (403 if the steps that run name secrets the caller's key is not granted)."""
+    assert inp.plan is not None
+    again_steps = [s.args for s in inp.plan.steps if s.id not in done]
+    caller.check_granted(secrets.named(again_steps))
     new_id = f"run-{uuid.uuid4().hex}"
     await run_in_threadpool(_copy_artifacts, settings, run_id, new_id, done)
     again = inp.model_copy(
         update={
             "run_id": new_id,
-            "owner": owner,
+            "owner": caller.name,
             "carry": None,
             "reuse": Reuse(run_id=run_id, steps=done),
         }
@@ -153,14 +158,14 @@ async def fork_run(
     done = await _done_steps(settings, run_id, desc, handle, ids)
     kept = {k: v for k, v in done.items() if k not in again}
     forked = inp.model_copy(update={"plan": normalize_plan(plan, REGISTRY, policy)})
-    return await _start_again(client, settings, run_id, forked, kept, caller.name, "fork_of")
+    return await _start_again(client, settings, run_id, forked, kept, caller, "fork_of")
 
 
 async def _plan_run(
     client: Client, run_id: str, statuses: Collection[str], which: str
 ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription, RunInput]:
     """The run to start again, its description and input: 409 unless its status is one of
-    `statuses` (`which` in words), 422 for a goal-only run."""
+    `statuses` (`which` in words) and for a goal-only run."""
     handle, desc = await describe_run(client, run_id)
     status = run_status_of(desc)
     if status not in statuses:
@@ -168,7 +173,7 @@ async def _plan_run(
     inp = await _input_of(client, handle)
     if inp.plan is None:
         raise HTTPException(
-            422, "a goal-only run plans again from its goal: submit the goal as a new run"
+            409, "a goal-only run plans again from its goal: submit the goal as a new run"
         )
     return handle, desc, inp
 
@@ -200,7 +205,7 @@ async def _done_steps(
     else:
         states = []
         for step_id in step_ids:
-            state = await handle.query(wire.STEP, StepQuery(step_id=step_id), result_type=StepState)
+            state = await query_run(handle, wire.STEP, StepState, StepQuery(step_id=step_id))
             if state is not None:
                 states.append(state)
     return {s.id: s for s in states if s.status in DONE}

@@ -168,7 +168,7 @@ def run_status_of(desc: WorkflowExecutionDescription) -> RunStatusName:
     return run_status(desc.status, desc.typed_search_attributes.get(STATUS_ATTRIBUTE))
 
 
-async def _query(
+async def query_run(
     handle: WorkflowHandle[Any, Any],
     query: str,
     result_type: type,
@@ -194,7 +194,7 @@ async def _query(
 
 async def query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
     """The run's `status` query as the API answers it (links left for the caller)."""
-    return _detail(await _query(handle, wire.STATUS, RunState))
+    return _detail(await query_run(handle, wire.STATUS, RunState))
 
 
 async def _open_state(client: Client, run_id: str) -> RunDetail | None:
@@ -202,7 +202,7 @@ async def _open_state(client: Client, run_id: str) -> RunDetail | None:
     the query rather than have a worker replay the run)."""
     handle = client.get_workflow_handle(run_id)
     try:
-        state = await _query(
+        state = await query_run(
             handle, wire.STATUS, RunState, reject_condition=QueryRejectCondition.NOT_OPEN
         )
     except WorkflowQueryRejectedError:
@@ -374,11 +374,7 @@ async def create_run(
     """Start a run of an explicit plan, or of a goal the agent plans itself; a repeated
     `Idempotency-Key` returns the same run."""
     inp = run_input(body, settings, policy)  # a bad request is 422 while Temporal is down
-    ungranted = caller.ungranted(secrets_named(body))
-    if ungranted:
-        raise HTTPException(
-            403, f"the API key '{caller.name}' is not granted the secrets {', '.join(ungranted)}"
-        )
+    caller.check_granted(secrets_named(body))
     client = await gateway.client()
     fingerprint = _fingerprint(body)
     if idempotency_key is None:
@@ -698,7 +694,7 @@ async def get_step(
     if steps is not None:
         state = StepState.model_validate(steps[step_id]) if step_id in steps else None
     else:
-        state = await _query(handle, wire.STEP, StepState, StepQuery(step_id=step_id))
+        state = await query_run(handle, wire.STEP, StepState, StepQuery(step_id=step_id))
     if state is None:
         raise HTTPException(404, f"run '{run_id}' has no step '{step_id}' (or no longer keeps it)")
     return state
@@ -714,7 +710,7 @@ async def get_audit(
     trail: AuditTrail = (
         AuditTrail.model_validate(stored)
         if stored is not None
-        else await _query(handle, wire.AUDIT, AuditTrail)
+        else await query_run(handle, wire.AUDIT, AuditTrail)
     )
     if trail.archived:  # a long run stored its earlier entries away
         earlier = await run_in_threadpool(archived, settings, run_id, trail.archived, "audit")

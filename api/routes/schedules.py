@@ -195,11 +195,7 @@ async def create_schedule(
     except RequestValidationError as exc:  # its fields are under `run` here
         errors = [{**e, "loc": ("body", "run", *e["loc"][1:])} for e in exc.errors()]
         raise RequestValidationError(errors) from None
-    ungranted = caller.ungranted(secrets_named(body.run))
-    if ungranted:
-        raise HTTPException(
-            403, f"the API key '{caller.name}' is not granted the secrets {', '.join(ungranted)}"
-        )
+    caller.check_granted(secrets_named(body.run))
     client = await gateway.client()
     if idempotency_key is None:
         schedule_id = f"sch-{uuid.uuid4().hex}"
