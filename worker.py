@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime, timedelta
 
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -21,7 +20,12 @@ from activities.hosting import activities_for
 from longrun.contracts import RUN_ID_PATTERN
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
-from longrun.temporal import connect_patiently, ensure_search_attributes, metrics_runtime
+from longrun.temporal import (
+    connect_patiently,
+    described,
+    ensure_search_attributes,
+    metrics_runtime,
+)
 from workflows import RunWorkflow
 
 log = logging.getLogger("longrun.worker")
@@ -94,12 +98,9 @@ async def sweep_artifacts(client: Client, store: ArtifactStore, retention: timed
 async def _ended_before(client: Client, run_id: str, cutoff: datetime) -> bool:
     """Whether the run (its latest history segment) closed before `cutoff`; a run Temporal
     no longer knows ended longer ago than Temporal keeps histories."""
-    try:
-        desc = await client.get_workflow_handle(run_id).describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            return True
-        raise
+    desc = await described(client, run_id)
+    if desc is None:
+        return True
     return desc.close_time is not None and desc.close_time < cutoff
 
 

@@ -36,10 +36,6 @@ class LongrunApi:
         self._http = httpx.AsyncClient(base_url=url.rstrip("/"), transport=transport, timeout=60)
         self._key = key
 
-    async def aclose(self) -> None:
-        """Close the connections."""
-        await self._http.aclose()
-
     def _unreachable(self, exc: Exception) -> ToolError:
         return ToolError(f"the longrun API at {self._http.base_url} did not answer: {exc}")
 

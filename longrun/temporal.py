@@ -11,7 +11,7 @@ from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionDescription
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DefaultFailureConverter, PayloadConverter
@@ -112,3 +112,14 @@ async def ensure_search_attributes(client: Client) -> None:
             # Another worker replica registered them first.
             if exc.status != RPCStatusCode.ALREADY_EXISTS:
                 raise
+
+
+async def described(client: Client, workflow_id: str) -> WorkflowExecutionDescription | None:
+    """The workflow's latest execution as Temporal describes it; None if Temporal does not
+    know it (never started, or gone past the namespace's retention)."""
+    try:
+        return await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise

@@ -16,14 +16,13 @@ import boto3
 import httpx
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from api.app import create_app
 from longrun.dev.stack import ServerThread, TemporalDevServer, free_port
 from longrun.dev.standin import create_app as create_standin
 from longrun.settings import Settings
-from longrun.temporal import connect
+from longrun.temporal import connect, described
 from tests.helpers import Poll, StandIn
 from worker import serving
 
@@ -162,12 +161,9 @@ async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 async def _closed(client: Client, run_id: str) -> bool:
     """Whether Temporal closed the run; True for a run this Temporal does not have (the
     test's API stands on a Temporal of its own)."""
-    try:
-        desc = await client.get_workflow_handle(run_id).describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            return True
-        raise
+    desc = await described(client, run_id)
+    if desc is None:
+        return True
     return desc.status != WorkflowExecutionStatus.RUNNING
 
 

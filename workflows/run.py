@@ -26,7 +26,6 @@ from workflows.parts import RunParts
 from workflows.result import bounded
 from workflows.scheduler import PlanScheduler
 from workflows.status import TemporalDisplay
-from workflows.steps import DONE
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: pydantic models and constants, no I/O at import. Passing them
@@ -83,7 +82,7 @@ class RunWorkflow:
             self._handover.restore(inp.carry)
         elif inp.reuse is not None:  # a retry: what the retried run did is done
             self._p.steps.take_over(inp.reuse.steps)
-            taken = sum(1 for s in self._p.steps.by_id.values() if s.status in DONE)
+            taken = self._p.steps.done
             self._p.audit.record(
                 inp.owner,
                 "retry",

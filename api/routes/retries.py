@@ -109,7 +109,7 @@ async def _start_again(
             "reuse": Reuse(run_id=run_id, steps=done),
         }
     )
-    await start_run(client, settings, again, {link: run_id})
+    await start_run(client, settings, again, **{link: run_id})
     return RetryCreated(
         run_id=new_id,
         status="running",

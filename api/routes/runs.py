@@ -90,6 +90,7 @@ from longrun.plans import (
 )
 from longrun.policy import Policy
 from longrun.settings import Role, Settings
+from longrun.temporal import described
 
 # A label filter: a label key and value as runs carry them, joined by a colon.
 LabelFilter = Annotated[
@@ -152,16 +153,10 @@ async def describe_run(
     """The run's handle and description; 404 for anything that is not one of our runs."""
     if not RUN_ID.match(run_id):
         raise HTTPException(404, f"no run '{run_id}'")
-    handle = client.get_workflow_handle(run_id)
-    try:
-        desc = await handle.describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise HTTPException(404, f"no run '{run_id}'") from None
-        raise
-    if desc.workflow_type != WORKFLOW_TYPE:
+    desc = await described(client, run_id)
+    if desc is None or desc.workflow_type != WORKFLOW_TYPE:
         raise HTTPException(404, f"no run '{run_id}'")
-    return handle, desc
+    return client.get_workflow_handle(run_id), desc
 
 
 def run_status_of(desc: WorkflowExecutionDescription) -> RunStatusName:
@@ -337,12 +332,34 @@ def run_details(inp: RunInput) -> str:
     return f"goal-only run; acceptance: {criteria}; tools: {', '.join(inp.agent.tools)}"
 
 
-async def start_run(
-    client: Client, settings: Settings, inp: RunInput, memo: dict[str, Any] | None = None
-) -> None:
+def run_search_attributes(inp: RunInput) -> TypedSearchAttributes:
+    """What a run is found by from its start: its status (running) and its labels."""
+    labels = [f"{k}:{v}" for k, v in sorted(inp.labels.items())]
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(STATUS_ATTRIBUTE, "running"),
+            SearchAttributePair(LABELS_ATTRIBUTE, labels),
+        ]
+    )
+
+
+def run_memo(inp: RunInput, **more: Any) -> dict[str, Any]:
+    """What a run's memo holds from its start: its goal, labels and owner (and `more`)."""
+    return {"goal": inp.goal, "labels": inp.labels, "owner": inp.owner, **more}
+
+
+def fresh_id(prefix: str, namespace: uuid.UUID, caller: str, key: str | None) -> str:
+    """A new id, or (with an `Idempotency-Key`) the one this caller's key always names:
+    scoped to the caller, so two clients using the same key get two."""
+    if key is None:
+        return f"{prefix}-{uuid.uuid4().hex}"
+    scoped = f"{caller}\n{key}"
+    return f"{prefix}-{uuid.uuid5(namespace, scoped).hex}"
+
+
+async def start_run(client: Client, settings: Settings, inp: RunInput, **memo: Any) -> None:
     """Start the run `inp` (its run id set) as the API starts every run: its status and
     labels searchable, its goal, labels and owner in its memo (with `memo`)."""
-    labels = [f"{k}:{v}" for k, v in sorted(inp.labels.items())]
     await client.start_workflow(
         wire.RUN_WORKFLOW,
         inp,
@@ -350,13 +367,8 @@ async def start_run(
         task_queue=settings.task_queue,
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-        search_attributes=TypedSearchAttributes(
-            [
-                SearchAttributePair(STATUS_ATTRIBUTE, "running"),
-                SearchAttributePair(LABELS_ATTRIBUTE, labels),
-            ]
-        ),
-        memo={"goal": inp.goal, "labels": inp.labels, "owner": inp.owner, **(memo or {})},
+        search_attributes=run_search_attributes(inp),
+        memo=run_memo(inp, **memo),
         static_summary=inp.goal,
         static_details=run_details(inp),
     )
@@ -377,18 +389,13 @@ async def create_run(
     caller.check_granted(secrets_named(body))
     client = await gateway.client()
     fingerprint = _fingerprint(body)
-    if idempotency_key is None:
-        run_id = f"run-{uuid.uuid4().hex}"
-    else:
-        # Scoped to the caller: two clients using the same key get two runs.
-        scoped = f"{caller.name}\n{idempotency_key}"
-        run_id = f"run-{uuid.uuid5(IDEMPOTENCY_NAMESPACE, scoped).hex}"
+    run_id = fresh_id("run", IDEMPOTENCY_NAMESPACE, caller.name, idempotency_key)
     try:
         await start_run(
             client,
             settings,
             inp.model_copy(update={"run_id": run_id, "owner": caller.name}),
-            {"request_sha256": fingerprint},
+            request_sha256=fingerprint,
         )
         status: RunStatusName = "running"
     except WorkflowAlreadyStartedError:

@@ -25,16 +25,23 @@ from temporalio.client import (
     ScheduleSpec,
     ScheduleState,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import Operator, Reader, Submitter
 from api.deps import Gateway, PolicyDep, SettingsDep, TemporalClient
 from api.pages import unwrap_token, wrap_token
-from api.routes.runs import fail_validation, run_details, run_input, run_links, secrets_named
+from api.routes.runs import (
+    fail_validation,
+    fresh_id,
+    run_details,
+    run_input,
+    run_links,
+    run_memo,
+    run_search_attributes,
+    secrets_named,
+)
 from api.schemas import Links, answers
 from longrun import wire
-from longrun.attributes import LABELS_ATTRIBUTE, STATUS_ATTRIBUTE
 from longrun.contracts import LabelKey, LabelValue, RunRequest
 from longrun.settings import Settings
 
@@ -197,34 +204,20 @@ async def create_schedule(
         raise RequestValidationError(errors) from None
     caller.check_granted(secrets_named(body.run))
     client = await gateway.client()
-    if idempotency_key is None:
-        schedule_id = f"sch-{uuid.uuid4().hex}"
-    else:
-        scoped = f"{caller.name}\n{idempotency_key}"
-        schedule_id = f"sch-{uuid.uuid5(IDEMPOTENCY_NAMESPACE, scoped).hex}"
+    schedule_id = fresh_id("sch", IDEMPOTENCY_NAMESPACE, caller.name, idempotency_key)
     fingerprint = _fingerprint(body)
-    labels = [f"{k}:{v}" for k, v in sorted(body.run.labels.items())]
+    run = inp.model_copy(update={"run_id": "", "owner": caller.name})
     # Temporal names each run it starts after this id and the time it was due; the run
     # takes that name as its run id (workflows/run.py).
     action = ScheduleActionStartWorkflow(
         wire.RUN_WORKFLOW,
-        inp.model_copy(update={"run_id": "", "owner": caller.name}),
+        run,
         id=f"run-{uuid.uuid4().hex}",
         task_queue=settings.task_queue,
-        typed_search_attributes=TypedSearchAttributes(
-            [
-                SearchAttributePair(STATUS_ATTRIBUTE, "running"),
-                SearchAttributePair(LABELS_ATTRIBUTE, labels),
-            ]
-        ),
-        memo={
-            "goal": body.run.goal,
-            "labels": body.run.labels,
-            "owner": caller.name,
-            "schedule_id": schedule_id,
-        },
-        static_summary=body.run.goal,
-        static_details=run_details(inp),
+        typed_search_attributes=run_search_attributes(run),
+        memo=run_memo(run, schedule_id=schedule_id),
+        static_summary=run.goal,
+        static_details=run_details(run),
     )
     spec = (
         ScheduleSpec(cron_expressions=[body.cron])
