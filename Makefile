@@ -36,7 +36,14 @@ $(COMPOSE):
 	@command -v apt-get >/dev/null || { echo "install docker-compose at $(COMPOSE)"; exit 1; }
 	apt-get install -y -q docker-compose >/dev/null || { apt-get update -q && apt-get install -y -q docker-compose >/dev/null; }
 
-unit: $(STAMP) $(CHROMIUM) $(COMPOSE)
+# An MCP server over streamable HTTP for the tests: mcp-proxy serving a stdio server. It
+# pins an older `mcp` than longrun's, so it lives in a venv of its own.
+MCP_PROXY := $(VENV)/mcp-proxy/bin/mcp-proxy
+$(MCP_PROXY):
+	$(PYTHON) -m venv $(VENV)/mcp-proxy
+	$(VENV)/mcp-proxy/bin/python -m pip install --quiet 'mcp-proxy==0.13.0'
+
+unit: $(STAMP) $(CHROMIUM) $(COMPOSE) $(MCP_PROXY)
 	$(BIN)/pytest
 
 BENCH_STAMP := $(VENV)/.bench-stamp

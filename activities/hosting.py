@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from activities.keeping import KeepActivities
+from activities.mcp import McpHub, build_mcp_activity
 from activities.memory import MemoryActivities
 from activities.model import ModelActivities
 from activities.tools import build_tool_activities
@@ -22,6 +23,7 @@ async def activities_for(settings: Settings) -> AsyncIterator[list[Callable[...,
     memory = MemoryActivities(settings)
     keep = KeepActivities(settings)
     webhooks = WebhookActivities(settings)
+    mcp = McpHub.of(settings)
     try:
         yield [
             model.complete,
@@ -35,6 +37,8 @@ async def activities_for(settings: Settings) -> AsyncIterator[list[Callable[...,
             keep.keep,
             webhooks.deliver,
             *build_tool_activities(settings),
+            build_mcp_activity(mcp, settings),
         ]
     finally:
         await model.aclose()
+        await mcp.aclose()

@@ -13,6 +13,7 @@ from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
+from activities.mcp import McpHub
 from activities.tools import REGISTRY
 from api.allow import AllowEveryMethod
 from api.deps import TemporalGateway
@@ -69,7 +70,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "each as admin"
             )
         async with app.state.mcp_sessions():
-            yield
+            try:
+                yield
+            finally:
+                await app.state.mcp_hub.aclose()
 
     # /docs and /redoc with their scripts and styles served from the package, not a CDN.
     app = FastAPIOffline(
@@ -82,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz")
     app.state.settings = settings
     app.state.policy = load_policy(settings.policy_file)  # a bad file stops start-up
+    app.state.mcp_hub = McpHub.of(settings)  # so does a bad MCP servers file
     app.state.temporal = TemporalGateway(settings)
     app.state.ended = EndedRuns()
     app.state.events = EventFeed(settings, prometheus.instrument(app))

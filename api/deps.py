@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from temporalio.client import Client
 
+from activities.mcp import McpHub
 from api.ended import EndedRuns, ended_runs
 from longrun.policy import Policy
 from longrun.settings import Settings
@@ -62,7 +63,14 @@ async def app_policy(request: Request) -> Policy:
     return policy
 
 
+async def mcp_hub(request: Request) -> McpHub:
+    """The configured MCP servers, whose tools runs may call."""
+    hub: McpHub = request.app.state.mcp_hub
+    return hub
+
+
 SettingsDep = Annotated[Settings, Depends(app_settings)]
+McpHubDep = Annotated[McpHub, Depends(mcp_hub)]
 PolicyDep = Annotated[Policy, Depends(app_policy)]
 Gateway = Annotated[TemporalGateway, Depends(gateway)]
 TemporalClient = Annotated[Client, Depends(get_client)]

@@ -45,6 +45,7 @@ if _ROOT not in sys.path:
 
 from figures import Figure  # noqa: E402
 
+from activities.tools import REGISTRY  # noqa: E402
 from api.app import create_app as create_api  # noqa: E402
 from longrun import prompts  # noqa: E402
 from longrun.dev.stack import ServerThread, TemporalDevServer, free_port  # noqa: E402
@@ -139,7 +140,7 @@ async def naive_side(standin: StandIn, standin_url: str, steps: int) -> dict[int
     """Run the job as one growing conversation; the prompt tokens at each checkpoint."""
     marker = f"naive-{uuid.uuid4().hex[:8]}"
     oai = AsyncOpenAI(base_url=f"{standin_url}/v1", api_key="x", max_retries=0)
-    tools = [tool_schema("echo")]
+    tools = [tool_schema(REGISTRY["echo"])]
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": prompts.ACTOR},
         {"role": "user", "content": f"Goal: {marker}: {GOAL}"},

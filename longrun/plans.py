@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from longrun import refs
 from longrun.contracts import (
@@ -26,6 +26,7 @@ from longrun.contracts import (
     Step,
     ToolCheck,
 )
+from longrun.mcp_servers import PREFIX as MCP_PREFIX
 from longrun.policy import Policy
 
 _TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
@@ -38,12 +39,11 @@ class ToolCatalogue(Protocol):
     """What plan validation needs to know about a tool."""
 
     @property
-    def args_model(self) -> type[BaseModel]: ...
-
-    @property
     def exposes_secrets(self) -> bool: ...
 
-    def side_effect_of(self, args: BaseModel) -> SideEffect: ...
+    def args_errors(self, args: dict[str, Any]) -> list[tuple[Loc, str]]: ...
+
+    def side_effect_for(self, args: dict[str, Any]) -> SideEffect: ...
 
 
 class PlanError(BaseModel):
@@ -252,20 +252,7 @@ def check_tool_call(
     if policy is not None and not policy.allows(tool):
         msg = f"tool '{tool}' is not allowed by this server's policy"
         return [PlanError(loc=(*loc, "tool"), msg=msg)]
-    try:
-        spec.args_model.model_validate(args)
-    except ValidationError as exc:
-        accepted = ", ".join(spec.args_model.model_fields)
-        return [
-            PlanError(
-                loc=(*loc, "args", *err["loc"]),
-                msg=f"{err['msg']} ({tool} takes: {accepted})"
-                if err["type"] in ("extra_forbidden", "missing")
-                else str(err["msg"]),
-            )
-            for err in exc.errors()
-        ]
-    return []
+    return [PlanError(loc=(*loc, "args", *at), msg=msg) for at, msg in spec.args_errors(args)]
 
 
 def normalize_plan(
@@ -284,8 +271,7 @@ def normalize_plan(
         if gate is None:
             gate = False
             if step.tool is not None:
-                spec = tools[step.tool]
-                effect = spec.side_effect_of(spec.args_model.model_validate(step.args))
+                effect = tools[step.tool].side_effect_for(step.args)
                 gate = policy.default_approval(step.tool, effect)
         steps.append(
             step.model_copy(update={"depends_on": deps[step.id], "requires_approval": gate})
@@ -427,7 +413,10 @@ def validate_agent(
             )
         seen.add(criterion.id)
         check = criterion.check
-        if isinstance(check, ToolCheck):
+        if isinstance(check, ToolCheck) and check.tool.startswith(MCP_PREFIX):
+            msg = "an MCP tool cannot be a check: checks call built-in tools only"
+            errors.append(PlanError(loc=(*loc, "check", "tool"), msg=msg))
+        elif isinstance(check, ToolCheck):
             found = check_tool_call(check.tool, check.args, (*loc, "check"), tools, policy)
             errors += found
             why = policy.binding_approval(check.tool, check.args) if policy else None

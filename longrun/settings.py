@@ -87,6 +87,8 @@ class Settings(BaseSettings):
     )
     max_steps: int = Field(40, alias="LONGRUN_MAX_STEPS", ge=1, le=10_000)
     policy_file: Path | None = Field(None, alias="LONGRUN_POLICY_FILE")
+    # MCP servers whose tools runs may call (longrun/mcp_servers.py; TOML or JSON).
+    mcp_servers_file: Path | None = Field(None, alias="LONGRUN_MCP_SERVERS")
     budget_defaults: Limits = Field(default_factory=Limits, alias="LONGRUN_BUDGET_DEFAULTS")
     budget_ceilings: Limits = Field(default_factory=Limits, alias="LONGRUN_BUDGET_CEILINGS")
     # How long a model server may stay silent (no token, no byte) before the attempt is

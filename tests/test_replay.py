@@ -40,7 +40,7 @@ def _replayer() -> Replayer:
     )
 
 
-async def _replays_and_is_kept(
+async def replays_and_is_kept(
     client: Client, run_id: str, name: str, segment: str | None = None
 ) -> None:
     """The run's history (of one segment, if given) replays; with LONGRUN_RECORD_HISTORIES
@@ -156,7 +156,7 @@ async def test_fresh_histories_replay(
             )
         run = await wait_run(run_id)
         assert run["status"] in ("completed", "failed"), run
-        await _replays_and_is_kept(client, run_id, name)
+        await replays_and_is_kept(client, run_id, name)
 
 
 async def test_segments_of_a_long_agent_run_replay(
@@ -177,7 +177,7 @@ async def test_segments_of_a_long_agent_run_replay(
     segments = [wf async for wf in client.list_workflows(f"WorkflowId = '{run_id}'")]
     assert len(segments) == 3
     for n, segment in enumerate(sorted(segments, key=lambda s: s.start_time), start=1):
-        await _replays_and_is_kept(client, run_id, f"agent_segment_{n}", segment.run_id)
+        await replays_and_is_kept(client, run_id, f"agent_segment_{n}", segment.run_id)
 
 
 async def test_segments_of_a_plan_run_that_compensates_after_a_hand_over_replay(
@@ -200,7 +200,7 @@ async def test_segments_of_a_plan_run_that_compensates_after_a_hand_over_replay(
     assert len(segments) == 2
     for n, segment in enumerate(sorted(segments, key=lambda s: s.start_time), start=1):
         name = f"compensated_after_hand_over_{n}"
-        await _replays_and_is_kept(client, run_id, name, segment.run_id)
+        await replays_and_is_kept(client, run_id, name, segment.run_id)
 
 
 async def test_a_run_paused_for_its_model_and_resumed_replays(
@@ -222,7 +222,7 @@ async def test_a_run_paused_for_its_model_and_resumed_replays(
         await api.post(f"/v1/runs/{run_id}/resume")
         run = await wait_run(run_id, http=api)
     assert run["status"] == "completed", run["error"]
-    await _replays_and_is_kept(client, run_id, "model_paused_and_resumed")
+    await replays_and_is_kept(client, run_id, "model_paused_and_resumed")
 
 
 async def test_a_run_changed_by_requests_replays(
@@ -244,7 +244,7 @@ async def test_a_run_changed_by_requests_replays(
     assert (await api.post(f"{url}/resume")).status_code == 202
     run = await wait_run(run_id)
     assert run["status"] == "completed", run["error"]
-    await _replays_and_is_kept(client, run_id, "changed_by_requests")
+    await replays_and_is_kept(client, run_id, "changed_by_requests")
 
 
 async def test_a_run_out_of_time_while_waiting_replays(
@@ -260,7 +260,7 @@ async def test_a_run_out_of_time_while_waiting_replays(
     assert (await api.post(f"/v1/runs/{run_id}/budget", json={"max_duration_s": 1})).is_success
     run = await wait_run(run_id)
     assert run["status"] == "failed" and "time budget (1 s)" in run["error"], run
-    await _replays_and_is_kept(client, run_id, "time_budget_while_waiting")
+    await replays_and_is_kept(client, run_id, "time_budget_while_waiting")
 
 
 async def test_a_run_cancelled_with_a_call_in_flight_replays(
@@ -280,7 +280,7 @@ async def test_a_run_cancelled_with_a_call_in_flight_replays(
     await api.post(f"/v1/runs/{run_id}/cancel", json={"compensate": True})
     run = await wait_run(run_id)
     assert run["status"] == "cancelled" and run["result"]["compensated"] == ["w"], run
-    await _replays_and_is_kept(client, run_id, "cancelled_with_a_call_in_flight")
+    await replays_and_is_kept(client, run_id, "cancelled_with_a_call_in_flight")
 
 
 async def test_a_run_with_an_approval_deadline_and_figures_replays(
@@ -307,4 +307,4 @@ async def test_a_run_with_an_approval_deadline_and_figures_replays(
     ).is_success
     run = await wait_run(run_id)
     assert run["status"] == "completed" and run["figures"]["approvals"] == 1
-    await _replays_and_is_kept(client, run_id, "deadline_and_figures")
+    await replays_and_is_kept(client, run_id, "deadline_and_figures")

@@ -20,6 +20,7 @@ from workflows.undo import UndoLog
 from workflows.webhooks import Webhooks
 
 with workflow.unsafe.imports_passed_through():
+    from activities.tools.toolbox import toolbox
     from longrun.contracts import AuditEntry, RunInput
 
 
@@ -44,7 +45,9 @@ class RunParts:
             started=started,
         )
         self.approvals = Approvals(now, self.audit, self.steps, self.refresh, self.events)
-        self.undo = UndoLog(self.audit)
+        # Built-in tools and the MCP tools the run was submitted with.
+        self.tools = toolbox(inp.mcp_tools)
+        self.undo = UndoLog(self.audit, self.tools)
         self.requests = Requests(self.approvals.decide)
         self.approvals.on_open = self.requests.release
         window = timedelta(seconds=inp.config.model_retry_window_s)

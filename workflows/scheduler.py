@@ -23,9 +23,6 @@ from workflows.parts import RunParts
 from workflows.steps import DONE
 
 with workflow.unsafe.imports_passed_through():
-    # Safe to pass through: the tool registry is read for which tools exist and which
-    # expose secrets.
-    from activities.tools import REGISTRY
     from longrun import plans
     from longrun.contracts import ModelRequest, Plan, RetrySpec, Step, StepState
 
@@ -123,7 +120,7 @@ class PlanScheduler:
     async def _perform(self, step: Step, state: StepState) -> dict[str, Any] | None:
         """Run one step; None means it was skipped after a rejection."""
         p = self._parts
-        if step.tool is not None and step.tool not in REGISTRY:
+        if step.tool is not None and step.tool not in p.tools:
             # The API knew the tool; this worker does not (workers older than the API?).
             raise StepFailed(
                 f"no tool '{step.tool}' on the worker that ran this step: run workers of the "
@@ -139,7 +136,7 @@ class PlanScheduler:
             binding = p.inp.config.policy.binding_approval(
                 step.tool, resolved, urls_whole=policy_urls_whole()
             )
-            if binding is None and REGISTRY[step.tool].exposes_secrets:
+            if binding is None and p.tools[step.tool].exposes_secrets:
                 binding = secret_approval(p.inp.config.policy, step.tool, resolved)
         if step.approval is not None or step.requires_approval or binding:
             summary = (

@@ -4,6 +4,7 @@ them newest first and lists what stays done."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from temporalio import workflow
@@ -15,16 +16,17 @@ from workflows.common import failure_of
 from workflows.ledger import Ledger
 
 with workflow.unsafe.imports_passed_through():
-    # Safe to pass through: the registry is read for undo calls and side-effect classes.
-    from activities.tools import REGISTRY
+    # Safe to pass through: the toolbox is read for undo calls and side-effect classes.
+    from activities.tools.toolbox import AnyTool
     from longrun.contracts import Compensation, CompletedCall, SideEffect
 
 
 class UndoLog:
     """Completed calls that change the world, oldest first; read-only ones leave nothing."""
 
-    def __init__(self, audit: AuditLog) -> None:
+    def __init__(self, audit: AuditLog, tools: Mapping[str, AnyTool]) -> None:
         self._audit = audit
+        self._tools = tools
         self.calls: list[CompletedCall] = []
         self.compensate_on_cancel = False
 
@@ -38,11 +40,9 @@ class UndoLog:
     ) -> None:
         """Note a completed tool call with its undo call, worked out now (so the log keeps
         the undo's arguments, not the call's); an irreversible one is noted to report."""
-        spec = REGISTRY[tool]
+        spec = self._tools[tool]
         undo = spec.undo(args, output)
-        irreversible = undo is None and (
-            spec.side_effect_of(spec.parse(args)) is SideEffect.IRREVERSIBLE
-        )
+        irreversible = undo is None and spec.side_effect_for(args) is SideEffect.IRREVERSIBLE
         if undo is None and not irreversible:
             return
         self.calls.append(
@@ -65,11 +65,9 @@ class UndoLog:
                 undo = (call.undo_tool, call.undo_args or {}) if call.undo_tool else None
                 irreversible = call.irreversible
             else:  # a record of an older run: its undo is worked out now
-                spec = REGISTRY[tool]
+                spec = self._tools[tool]
                 undo = spec.undo(call.args, call.output)
-                irreversible = spec.side_effect_of(spec.parse(call.args)) is (
-                    SideEffect.IRREVERSIBLE
-                )
+                irreversible = spec.side_effect_for(call.args) is SideEffect.IRREVERSIBLE
             if undo is None:
                 if irreversible:
                     outcome.not_undone.append(step_id)

@@ -106,6 +106,31 @@ class ToolSpec:
             return self.side_effect
         return self.side_effect(args)
 
+    def side_effect_for(self, args: dict[str, Any]) -> SideEffect:
+        """The side-effect class of a call (of a completed one: see `parse`)."""
+        return self.side_effect_of(self.parse(args))
+
+    def args_errors(self, args: dict[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+        """What is wrong with a call's arguments, each located inside them."""
+        try:
+            self.args_model.model_validate(args)
+        except ValidationError as exc:
+            accepted = ", ".join(self.args_model.model_fields)
+            return [
+                (
+                    tuple(err["loc"]),
+                    f"{err['msg']} ({self.name} takes: {accepted})"
+                    if err["type"] in ("extra_forbidden", "missing")
+                    else str(err["msg"]),
+                )
+                for err in exc.errors()
+            ]
+        return []
+
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of its arguments."""
+        return self.args_model.model_json_schema()
+
     def parse(self, args: dict[str, Any]) -> BaseModel:
         """A completed call's arguments as the tool's model. Arguments may still hold
         artifact references (the tool read through them); those were checked when the step

@@ -17,9 +17,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle
 
 from activities.artifacts import store_for
-from activities.tools import REGISTRY
+from activities.tools.toolbox import toolbox
 from api.auth import Principal, Submitter
-from api.deps import PolicyDep, SettingsDep, TemporalClient
+from api.deps import McpHubDep, PolicyDep, SettingsDep, TemporalClient
+from api.mcp_tools import mcp_tools_for, plan_tools
 from api.routes.runs import (
     describe_run,
     fail_validation,
@@ -126,6 +127,7 @@ async def fork_run(
     client: TemporalClient,
     settings: SettingsDep,
     policy: PolicyDep,
+    hub: McpHubDep,
     caller: Submitter,
 ) -> RetryCreated:
     """Start a new run of an ended plan run from `from_step`: the steps it completed that
@@ -151,13 +153,17 @@ async def fork_run(
         plan = Plan(steps=[patch.pop(s.id, s) for s in inp.plan.steps] + list(patch.values()))
     except ValidationError as exc:  # too many steps
         raise fail_validation(("body", "plan_patch"), exc.errors()[0]["msg"]) from None
-    errors = validate_plan(plan, REGISTRY, policy)
+    mcp_tools = await mcp_tools_for(plan_tools(plan), hub, policy)  # as the servers are now
+    tools = toolbox(mcp_tools)
+    errors = validate_plan(plan, tools, policy)
     if errors:  # located in the patched plan, whose steps are the run's and the patch's
         where = [f"{'.'.join(str(p) for p in e.loc[2:])}: {e.msg}" for e in errors]
         raise fail_validation(("body", "plan_patch"), "the patched plan: " + "; ".join(where))
     done = await _done_steps(settings, run_id, desc, handle, ids)
     kept = {k: v for k, v in done.items() if k not in again}
-    forked = inp.model_copy(update={"plan": normalize_plan(plan, REGISTRY, policy)})
+    forked = inp.model_copy(
+        update={"plan": normalize_plan(plan, tools, policy), "mcp_tools": mcp_tools}
+    )
     return await _start_again(client, settings, run_id, forked, kept, caller, "fork_of")
 
 

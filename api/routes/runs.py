@@ -34,12 +34,14 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.tools import REGISTRY
+from activities.mcp import McpHub
 from activities.tools.builtin import destination_refusal
+from activities.tools.toolbox import toolbox
 from api.archive import archived, final_record
 from api.attempts import show_retries
 from api.auth import Approver, Operator, Principal, Reader, Submitter
-from api.deps import Ended, Gateway, PolicyDep, SettingsDep, TemporalClient
+from api.deps import Ended, Gateway, McpHubDep, PolicyDep, SettingsDep, TemporalClient
+from api.mcp_tools import request_mcp_tools
 from api.pages import unwrap_token, wrap_token
 from api.schemas import (
     Accepted,
@@ -274,11 +276,14 @@ def _webhook_problems(body: RunRequest, settings: Settings) -> list[PlanError]:
     return errors
 
 
-def run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput:
-    """The workflow input for a request, or 422 with every problem found."""
-    errors = validate_agent(body, REGISTRY, policy)
+async def run_input(body: RunRequest, settings: Settings, policy: Policy, hub: McpHub) -> RunInput:
+    """The workflow input for a request, or 422 with every problem found (503 when an MCP
+    server it names cannot list its tools)."""
+    mcp_tools = await request_mcp_tools(body, hub, policy)
+    tools = toolbox(mcp_tools)
+    errors = validate_agent(body, tools, policy)
     if body.plan is not None:
-        errors = validate_plan(body.plan, REGISTRY, policy) + errors
+        errors = validate_plan(body.plan, tools, policy) + errors
     if body.budget is not None:
         errors += check_limits(body.budget, settings.budget_ceilings, ("body", "budget"))
     errors += _webhook_problems(body, settings)
@@ -303,15 +308,16 @@ def run_input(body: RunRequest, settings: Settings, policy: Policy) -> RunInput:
         "labels": body.labels,
         "config": config,
         "on_failure": body.on_failure,
+        "mcp_tools": mcp_tools,
     }
     if body.plan is not None:
-        plan = normalize_plan(body.plan, REGISTRY, policy)
+        plan = normalize_plan(body.plan, tools, policy)
         return RunInput(**common, plan=plan, budget=budget)
     roles = body.models or RoleModels()
     agent = AgentSpec(
         acceptance=acceptance_of(body),
         tools=list(
-            dict.fromkeys(body.tools if body.tools is not None else filter(policy.allows, REGISTRY))
+            dict.fromkeys(body.tools if body.tools is not None else filter(policy.allows, tools))
         ),
         planner_model=roles.planner or model,
         actor_model=roles.actor or model,
@@ -380,12 +386,13 @@ async def create_run(
     gateway: Gateway,
     settings: SettingsDep,
     policy: PolicyDep,
+    hub: McpHubDep,
     caller: Submitter,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
 ) -> RunCreated:
     """Start a run of an explicit plan, or of a goal the agent plans itself; a repeated
     `Idempotency-Key` returns the same run."""
-    inp = run_input(body, settings, policy)  # a bad request is 422 while Temporal is down
+    inp = await run_input(body, settings, policy, hub)  # 422 while Temporal is down
     caller.check_granted(secrets_named(body))
     client = await gateway.client()
     fingerprint = _fingerprint(body)

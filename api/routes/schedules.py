@@ -28,7 +28,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import Operator, Reader, Submitter
-from api.deps import Gateway, PolicyDep, SettingsDep, TemporalClient
+from api.deps import Gateway, McpHubDep, PolicyDep, SettingsDep, TemporalClient
 from api.pages import unwrap_token, wrap_token
 from api.routes.runs import (
     fail_validation,
@@ -192,13 +192,14 @@ async def create_schedule(
     gateway: Gateway,
     settings: SettingsDep,
     policy: PolicyDep,
+    hub: McpHubDep,
     caller: Submitter,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
 ) -> ScheduleDetail:
     """Start a run on a cron expression or every so many seconds; a repeated
     `Idempotency-Key` returns the same schedule."""
     try:  # 422 before Temporal is asked anything
-        inp = run_input(body.run, settings, policy)
+        inp = await run_input(body.run, settings, policy, hub)
     except RequestValidationError as exc:  # its fields are under `run` here
         errors = [{**e, "loc": ("body", "run", *e["loc"][1:])} for e in exc.errors()]
         raise RequestValidationError(errors) from None

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from activities.tools import REGISTRY
 from api.auth import Reader
-from api.deps import PolicyDep
+from api.deps import McpHubDep, PolicyDep
 from api.schemas import answers
 from longrun.contracts import SideEffect
 
@@ -34,21 +34,37 @@ class ToolList(BaseModel):
     """Every tool this server knows."""
 
     tools: list[ToolInfo]
+    unavailable: list[str] = Field(
+        default_factory=list, description="MCP servers whose tools could not be listed, and why"
+    )
 
 
 @router.get("")
-async def list_tools(policy: PolicyDep, caller: Reader) -> ToolList:
-    """Every tool with its description, side-effect class and argument schema."""
-    return ToolList(
-        tools=[
-            ToolInfo(
-                name=spec.name,
-                description=spec.description,
-                side_effect=spec.side_effect if isinstance(spec.side_effect, SideEffect) else None,
-                reversible=spec.compensation is not None,
-                allowed=policy.allows(spec.name),
-                args_schema=spec.args_model.model_json_schema(),
-            )
-            for spec in sorted(REGISTRY.values(), key=lambda s: s.name)
-        ]
-    )
+async def list_tools(policy: PolicyDep, hub: McpHubDep, caller: Reader) -> ToolList:
+    """Every tool with its description, side-effect class and argument schema: the
+    built-in ones, and those of the configured MCP servers (`mcp.<server>.<tool>`) that
+    can be listed now; `unavailable` says why the others cannot."""
+    builtin = [
+        ToolInfo(
+            name=spec.name,
+            description=spec.description,
+            side_effect=spec.side_effect if isinstance(spec.side_effect, SideEffect) else None,
+            reversible=spec.compensation is not None,
+            allowed=policy.allows(spec.name),
+            args_schema=spec.parameters(),
+        )
+        for spec in REGISTRY.values()
+    ]
+    found, problems = await hub.tools()
+    mcp = [
+        ToolInfo(
+            name=t.name,
+            description=t.description,
+            side_effect=t.side_effect,
+            reversible=False,
+            allowed=policy.allows(t.name),
+            args_schema=t.input_schema,
+        )
+        for t in found
+    ]
+    return ToolList(tools=sorted(builtin + mcp, key=lambda t: t.name), unavailable=problems)

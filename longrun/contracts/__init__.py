@@ -11,11 +11,11 @@ One module per boundary, every public name re-exported here:
   the approval and audit records.
 - `run`: the REST request, the run workflow's input, settings, queries, result and hand-over.
 - `agent`: a goal-only run's spec, model-made plan, criteria, hand-over and actor brief.
-- `tools`: the `tool.<name>` activities.
+- `tools`: the `tool.<name>` activities and the MCP tools a run keeps.
 - `model`: the `model.*`, `verify.*`, `memory.*` and `context.compact` activities.
 
 Imports run one way: `plans` and `budget` build on `common`, `agent` on `plans`, `run` on
-`plans`, `budget` and `agent`, `model` on `plans` and `agent`; `tools` stands alone.
+`plans`, `budget`, `agent` and `tools`, `model` on `plans` and `agent`; `tools` on `common`.
 """
 
 from longrun.contracts.agent import (
@@ -121,6 +121,7 @@ from longrun.contracts.run import (
     StepState,
 )
 from longrun.contracts.tools import (
+    McpTool,
     ToolCall,
     ToolResult,
 )
@@ -172,6 +173,7 @@ __all__ = [
     "LabelValue",
     "LimitUse",
     "Limits",
+    "McpTool",
     "ModelRequest",
     "ModelResult",
     "ModelSpec",

@@ -34,6 +34,7 @@ from longrun.contracts.common import (
 )
 from longrun.contracts.events import RunEvent, RunFigures
 from longrun.contracts.plans import Criterion, OnTimeout, Plan, RoleModels
+from longrun.contracts.tools import McpTool
 from longrun.policy import Policy
 
 WebhookUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$", max_length=2000)]
@@ -215,6 +216,8 @@ class RunInput(BaseModel):
     on_failure: Literal["stop", "compensate"] = "stop"
     carry: RunCarry | None = None
     reuse: Reuse | None = None
+    # The MCP tools the run may call (its plan's steps or its agent's tools).
+    mcp_tools: list[McpTool] = Field(default_factory=list)
 
 
 class RunResult(BaseModel):

@@ -1,10 +1,13 @@
-"""The tool activities' boundary: input and output of every `tool.<name>` activity."""
+"""The tool activities' boundary: input and output of every `tool.<name>` activity, and an
+MCP server's tool as a run knows it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from longrun.contracts.common import SideEffect
 
 
 class ToolCall(BaseModel):
@@ -21,3 +24,24 @@ class ToolResult(BaseModel):
 
     output: dict[str, Any]
     attempt: int = 1
+
+
+class McpTool(BaseModel):
+    """A tool of a configured MCP server, as the API found it when the run was submitted:
+    the run keeps it, so its schema and side-effect class stay what the run was checked
+    against however the server changes."""
+
+    name: str  # mcp.<server>.<tool>
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    side_effect: SideEffect = SideEffect.IRREVERSIBLE
+
+    @property
+    def server(self) -> str:
+        """The configured server's name."""
+        return self.name.split(".", 2)[1]
+
+    @property
+    def tool(self) -> str:
+        """The tool's name on its server."""
+        return self.name.split(".", 2)[2]

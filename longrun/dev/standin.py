@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -97,6 +98,7 @@ PROFILES = {
         silent_stream_errors=True,
     ),
 }
+_FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _GRAMMAR_KEYWORDS = ("maxLength", "minLength", "pattern", "maxItems", "minItems")
 
 
@@ -417,6 +419,13 @@ class StandIn:
         """The error the profile's server gives a request it does not take, if any; the
         wording is the real server's, for the client to recognise."""
         profile = self.profile
+        for i, tool in enumerate(body.get("tools") or []):
+            name = str((tool.get("function") or {}).get("name"))
+            if not _FUNCTION_NAME.fullmatch(name):  # OpenAI's rule for function names
+                return 400, (
+                    f"Invalid 'tools[{i}].function.name': string does not match pattern. "
+                    "Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."
+                )
         response_format = body.get("response_format")
         if (
             not profile.json_schema

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
@@ -19,10 +18,8 @@ from workflows.common import StepFailed, failure_of, patched, policy_urls_whole,
 from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
-    # Safe to pass through: a method reference, pure prompt text, pydantic models, and the
-    # tool registry (read for argument schemas and side-effect classes only).
+    # Safe to pass through: a method reference, pure prompt text and pydantic models.
     from activities.model import ModelActivities
-    from activities.tools import REGISTRY
     from longrun import context, prompts, secrets
     from longrun.contracts import ActRequest, ActResult, AgentSpec, PlanItem, ToolCallRequest
 
@@ -52,8 +49,10 @@ class Actor:
         self._checker = checker
         self._memory = memory
         # Only tools this worker has (the API may know newer ones).
-        tools = [name for name in spec.tools if name in REGISTRY]
-        self._offered = [briefs.tool_schema(name) for name in tools] + [prompts.FINISH_TOOL]
+        tools = [parts.tools[name] for name in spec.tools if name in parts.tools]
+        self._offered = [briefs.tool_schema(t) for t in tools] + [prompts.FINISH_TOOL]
+        # A model calls a tool by its function name (briefs.function_name).
+        self._names = {briefs.function_name(t.name): t.name for t in tools}
 
     async def act(self, item: PlanItem, feedback: str | None) -> bool:
         """Work on one step until the model says it is done; True if `finish` was proven."""
@@ -132,15 +131,16 @@ class Actor:
     async def _call_tool(self, item: PlanItem, call: ToolCallRequest) -> str:
         """Run one tool call the model asked for; the answer is what the model is told."""
         p = self._parts
+        name = self._names.get(call.name, call.name)
         self._state.tool_calls += 1
         step_id = f"{item.id}-t{self._state.tool_calls}"
         policy = p.inp.config.policy
-        if call.name not in self._spec.tools or not policy.allows(call.name):
+        if name not in self._spec.tools or not policy.allows(name):
             state = p.steps.add(step_id, "tool")
             refusal = (
-                f"refused: '{call.name}' is not in this run's tools"
-                if policy.allows(call.name)
-                else f"refused: '{call.name}' is forbidden by the server's policy"
+                f"refused: '{name}' is not in this run's tools"
+                if policy.allows(name)
+                else f"refused: '{name}' is forbidden by the server's policy"
             )
             p.steps.settle(state, "skipped", error=refusal)
             p.audit.record("longrun", "refused", f"{step_id}: {refusal}")
@@ -149,10 +149,10 @@ class Actor:
                 f"Refused ({refusal}): the tool is not allowed in this run, so nothing ran. "
                 f"Allowed tools: {allowed}."
             )
-        spec = REGISTRY.get(call.name)
+        spec = p.tools.get(name)
         if spec is None:  # the API knew the tool; this worker does not
             state = p.steps.add(step_id, "tool")
-            refusal = f"no tool '{call.name}' on this worker: run workers of the API's version"
+            refusal = f"no tool '{name}' on this worker: run workers of the API's version"
             p.steps.settle(state, "failed", error=refusal)
             return f"The tool failed: {refusal}. Use another tool."
         try:
@@ -163,21 +163,25 @@ class Actor:
                 raise ValueError("not an object")
             if secrets.named(args):
                 raise ValueError("secrets are for plan steps written by people, not for agents")
-            parsed = spec.args_model.model_validate(args)
-        except (ValueError, ValidationError, RecursionError) as exc:
-            return f"Invalid arguments for {call.name}, nothing ran: {str(exc)[:2000]}"
+            problems = spec.args_errors(args)
+            if problems:
+                raise ValueError(
+                    "; ".join(
+                        f"{'.'.join(map(str, at)) or '(args)'}: {msg}" for at, msg in problems
+                    )
+                )
+        except (ValueError, RecursionError) as exc:
+            return f"Invalid arguments for {name}, nothing ran: {str(exc)[:2000]}"
 
         state = p.steps.add(step_id, "tool")
         urls_whole = policy_urls_whole()
-        if policy.needs_approval(
-            call.name, args, spec.side_effect_of(parsed), urls_whole=urls_whole
-        ):
-            why = policy.binding_approval(call.name, args, urls_whole=urls_whole)
+        if policy.needs_approval(name, args, spec.side_effect_for(args), urls_whole=urls_whole):
+            why = policy.binding_approval(name, args, urls_whole=urls_whole)
             ask = p.approvals.ask(
                 step_id,
-                f"agent step '{item.id}' wants to run {call.name} {preview(args)}"
+                f"agent step '{item.id}' wants to run {name} {preview(args)}"
                 + (f" ({why})" if why else ""),
-                arguments={"tool": call.name, "args": args},
+                arguments={"tool": name, "args": args},
             )
             config = p.inp.config
             record = await p.approvals.decision(ask, config.approval_timeout_s, config.on_timeout)
@@ -188,18 +192,18 @@ class Actor:
         await p.ledger.checkpoint("tool")
         p.steps.start(state)
         try:
-            result = await p.calls.tool(step_id, call.name, args)
+            result = await p.calls.tool(step_id, name, args)
         except ActivityError as exc:
             message, attempts = failure_of(exc)
             state.attempts = attempts
             p.steps.settle(state, "failed", error=message)
-            self._state.observe(f"{call.name} {preview(args)} failed: {message}")
+            self._state.observe(f"{name} {preview(args)} failed: {message}")
             return f"The tool failed: {message}"
         state.attempts = result.attempt
-        p.undo.remember(step_id, call.name, args, result.output)
+        p.undo.remember(step_id, name, args, result.output)
         p.steps.settle(state, "completed", output=result.output)
         text = json.dumps(result.output)
-        self._state.observe(f"{call.name} {preview(args)} -> {text[:OBSERVATION_CHARS]}")
+        self._state.observe(f"{name} {preview(args)} -> {text[:OBSERVATION_CHARS]}")
         # Big fields are artifact references here; model.act reads them back in, within
         # its own limit, so history keeps only the references.
         return text if len(text) <= TOOL_RESULT_CHARS else text[:TOOL_RESULT_CHARS] + "…"

@@ -11,9 +11,9 @@ from temporalio import workflow
 from workflows.common import preview
 
 with workflow.unsafe.imports_passed_through():
-    # Safe to pass through: pure prompt text, pydantic models, and the tool registry (read
-    # for argument schemas only).
-    from activities.tools import REGISTRY
+    # Safe to pass through: pure prompt text, pydantic models, and the toolbox (read for
+    # argument schemas only).
+    from activities.tools.toolbox import AnyTool
     from longrun import prompts
     from longrun.contracts import (
         ActResult,
@@ -40,15 +40,20 @@ def describe_criterion(criterion: Criterion) -> str:
     return f"{criterion.id}: {check.judge}"
 
 
-def tool_schema(name: str) -> dict[str, Any]:
-    """The OpenAI `tools` entry for a registered tool."""
-    spec = REGISTRY[name]
+def function_name(tool: str) -> str:
+    """The name a model calls a tool by: OpenAI's function names allow letters, digits, `_`
+    and `-` only, so `mcp.time.now` is offered as `mcp__time__now`."""
+    return tool.replace(".", "__")
+
+
+def tool_schema(spec: AnyTool) -> dict[str, Any]:
+    """The OpenAI `tools` entry for a tool."""
     return {
         "type": "function",
         "function": {
-            "name": name,
+            "name": function_name(spec.name),
             "description": spec.description,
-            "parameters": spec.args_model.model_json_schema(),
+            "parameters": spec.parameters(),
         },
     }
 
