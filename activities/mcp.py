@@ -45,6 +45,9 @@ log = logging.getLogger("longrun.mcp")
 
 MAX_TOOL_NAME = 100  # a step's `tool` field
 IDEMPOTENCY_META = "longrun/idempotency-key"
+# A submission or `GET /v1/tools` waits at most this long (or the server's `timeout_s`, if
+# shorter) for a server to connect and list its tools.
+LIST_WITHIN_S = 10.0
 
 
 class McpUnavailable(Exception):
@@ -89,8 +92,8 @@ class _Link:
                 self._holder = asyncio.create_task(self._hold(ready, self._stop))
                 try:
                     self._client = await asyncio.shield(ready)
-                except asyncio.CancelledError:
-                    self._stop.set()
+                except asyncio.CancelledError:  # given up on (a timeout): stop connecting
+                    self._holder.cancel()
                     raise
             return self._client
 
@@ -171,7 +174,11 @@ class _Link:
     async def aclose(self) -> None:
         self._stop.set()
         if self._holder is not None:
-            await self._holder
+            # A connection still being opened waits for nothing: it is cancelled.
+            done, _ = await asyncio.wait([self._holder], timeout=5)
+            if not done:
+                self._holder.cancel()
+                await asyncio.wait([self._holder])
 
 
 class McpHub:
@@ -195,7 +202,7 @@ class McpHub:
         could not."""
         names = [s for s in (self._links if servers is None else servers) if s in self._links]
         found = await asyncio.gather(
-            *(self._links[s].tools() for s in names), return_exceptions=True
+            *(self._listed(self._links[s]) for s in names), return_exceptions=True
         )
         tools: list[McpTool] = []
         problems: list[str] = []
@@ -207,6 +214,16 @@ class McpHub:
             else:
                 tools += result
         return tools, problems
+
+    @staticmethod
+    async def _listed(link: _Link) -> list[McpTool]:
+        within = min(link.server.timeout_s, LIST_WITHIN_S)
+        try:
+            return await asyncio.wait_for(link.tools(), within)
+        except TimeoutError:
+            raise McpUnavailable(
+                f"MCP server '{link.name}' did not list its tools within {within:g} s"
+            ) from None
 
     async def call(self, name: str, args: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
         """Call `mcp.<server>.<tool>`; its output as `{"text", "structured"?, "content"?}`.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -59,6 +60,13 @@ def proxy_url() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+@pytest.fixture(scope="module")
+def mute_url() -> Iterator[str]:
+    """A server that accepts connections and never answers."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/mcp"
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A git repository with one commit."""
@@ -73,7 +81,9 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def mcp_settings(settings: Settings, tmp_path: Path, repo: Path, proxy_url: str) -> Settings:
+def mcp_settings(
+    settings: Settings, tmp_path: Path, repo: Path, proxy_url: str, mute_url: str
+) -> Settings:
     servers = {
         "servers": {
             "time": {
@@ -93,6 +103,8 @@ def mcp_settings(settings: Settings, tmp_path: Path, repo: Path, proxy_url: str)
                 "headers": {"X-Token": {"secret": "clock_token"}},
             },
             "gone": {"transport": "streamable-http", "url": f"http://127.0.0.1:{free_port()}/mcp"},
+            # Takes the connection and never answers.
+            "mute": {"transport": "streamable-http", "url": mute_url, "timeout_s": 1},
         }
     }
     path = tmp_path / "mcp.json"
@@ -185,7 +197,10 @@ async def test_the_tool_list_shows_mcp_tools_and_what_is_unreachable(
     git = sorted(n for n in tools if n.startswith("mcp.git."))
     assert git == ["mcp.git.git_create_branch", "mcp.git.git_log", "mcp.git.git_status"]
     assert tools["echo"]["side_effect"] == "read_only"
-    assert len(listed["unavailable"]) == 1 and "'gone'" in listed["unavailable"][0]
+    unavailable = sorted(listed["unavailable"])
+    assert len(unavailable) == 2, unavailable
+    assert "'gone' could not be reached" in unavailable[0]
+    assert "'mute' did not list its tools within 1 s" in unavailable[1]
 
 
 async def test_bad_mcp_steps_are_refused_before_anything_runs(
@@ -205,6 +220,8 @@ async def test_bad_mcp_steps_are_refused_before_anything_runs(
     assert no_server.status_code == 422 and "unknown tool" in no_server.text
     down = await refused({"tool": "mcp.gone.anything", "args": {}})
     assert down.status_code == 503 and "'gone' could not be reached" in down.text
+    mute = await refused({"tool": "mcp.mute.anything", "args": {}})
+    assert mute.status_code == 503 and "'mute' did not list its tools" in mute.text
     checked = await mcp_api.post(
         "/v1/runs",
         json={
