@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any, cast
@@ -43,11 +44,19 @@ from longrun.settings import Settings
 
 log = logging.getLogger("longrun.mcp")
 
-MAX_TOOL_NAME = 100  # a step's `tool` field
+# Tools runs can name: `mcp.<server>.<tool>` whose function name for a model
+# (workflows/agent/briefs.py: `mcp__<server>__<tool>`) OpenAI takes: letters, digits, `_`
+# and `-`, at most 64 characters. A server's other tools are left out.
+NAMEABLE = re.compile(r"[A-Za-z0-9_.-]+")
+FUNCTION_NAME_MAX = 64
 IDEMPOTENCY_META = "longrun/idempotency-key"
 # A submission or `GET /v1/tools` waits at most this long (or the server's `timeout_s`, if
 # shorter) for a server to connect and list its tools.
 LIST_WITHIN_S = 10.0
+
+
+def _nameable(name: str) -> bool:
+    return bool(NAMEABLE.fullmatch(name)) and len(name.replace(".", "__")) <= FUNCTION_NAME_MAX
 
 
 class McpUnavailable(Exception):
@@ -165,8 +174,7 @@ class _Link:
                 side_effect=self.server.side_effect(t.name),
             )
             for t in listed
-            if self.server.exposes(t.name)
-            and len(PREFIX + self.name) + 1 + len(t.name) <= MAX_TOOL_NAME
+            if self.server.exposes(t.name) and _nameable(f"{PREFIX}{self.name}.{t.name}")
         ]
         self._tools = tools
         return tools
