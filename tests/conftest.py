@@ -153,9 +153,12 @@ async def worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
 @pytest.fixture
 async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The API app, called through ASGI."""
-    transport = httpx.ASGITransport(app=create_app(settings))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+    app = create_app(settings)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://api"
+    ) as http:
         yield http
+    await app.state.mcp_hub.aclose()  # MCP servers it started exit
 
 
 async def _closed(client: Client, run_id: str) -> bool:

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +22,10 @@ from pydantic import SecretStr
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from api.app import create_app
 from longrun.dev.stack import free_port
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, submit
 from tests.test_replay import replays_and_is_kept
-from worker import serving
 
 BIN = Path(sys.executable).parent
 MCP_PROXY = BIN.parent / "mcp-proxy" / "bin" / "mcp-proxy"  # Makefile: `make unit`
@@ -81,9 +79,10 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def mcp_settings(
+def settings(
     settings: Settings, tmp_path: Path, repo: Path, proxy_url: str, mute_url: str
 ) -> Settings:
+    """conftest's settings with four MCP servers; its worker, API and run fixtures take them."""
     servers = {
         "servers": {
             "time": {
@@ -114,21 +113,6 @@ def mcp_settings(
     )
 
 
-@pytest.fixture
-async def mcp_worker(client: Client, mcp_settings: Settings) -> AsyncIterator[Worker]:
-    async with serving(client, mcp_settings) as worker:
-        yield worker
-
-
-@pytest.fixture
-async def mcp_api(mcp_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(mcp_settings)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
-        yield api
-    await app.state.mcp_hub.aclose()
-
-
 def _children_named(name: str) -> list[int]:
     """Processes started by this one whose command line names `name`."""
     found = []
@@ -146,7 +130,7 @@ def _children_named(name: str) -> list[int]:
 
 
 async def test_plan_steps_call_mcp_tools_over_stdio_and_http(
-    mcp_api: httpx.AsyncClient, client: Client, mcp_worker: Worker, wait_run: Poll, repo: Path
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll, repo: Path
 ) -> None:
     steps: list[dict[str, Any]] = [
         {"id": "now", "tool": "mcp.time.get_current_time", "args": {"timezone": "Asia/Tokyo"}},
@@ -165,14 +149,14 @@ async def test_plan_steps_call_mcp_tools_over_stdio_and_http(
             "args": {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Kolkata"},
         },
     ]
-    run_id = await submit(mcp_api, steps)
-    run = await wait_run(run_id, http=mcp_api, until=lambda r: r["pending_approvals"])
+    run_id = await submit(api, steps)
+    run = await wait_run(run_id, until=lambda r: r["pending_approvals"])
     assert [a["step_id"] for a in run["pending_approvals"]] == ["remote"]
-    decided = await mcp_api.post(
+    decided = await api.post(
         f"/v1/runs/{run_id}/approvals/apr-remote", json={"decision": "approve"}
     )
     assert decided.status_code == 202, decided.text
-    run = await wait_run(run_id, http=mcp_api)
+    run = await wait_run(run_id)
     assert run["status"] == "completed", run
     out = {s["id"]: s["output"] for s in run["steps"]}
     assert out["now"]["structured"]["timezone"] == "Asia/Tokyo"
@@ -186,9 +170,9 @@ async def test_plan_steps_call_mcp_tools_over_stdio_and_http(
 
 
 async def test_the_tool_list_shows_mcp_tools_and_what_is_unreachable(
-    mcp_api: httpx.AsyncClient,
+    api: httpx.AsyncClient,
 ) -> None:
-    listed = (await mcp_api.get("/v1/tools")).json()
+    listed = (await api.get("/v1/tools")).json()
     tools = {t["name"]: t for t in listed["tools"]}
     assert tools["mcp.time.get_current_time"]["side_effect"] == "read_only"
     assert tools["mcp.clock.get_current_time"]["side_effect"] == "irreversible"
@@ -204,11 +188,11 @@ async def test_the_tool_list_shows_mcp_tools_and_what_is_unreachable(
 
 
 async def test_bad_mcp_steps_are_refused_before_anything_runs(
-    mcp_api: httpx.AsyncClient,
+    api: httpx.AsyncClient,
 ) -> None:
     async def refused(step: dict[str, Any]) -> httpx.Response:
         body = {"goal": "bad", "plan": {"steps": [{"id": "s", **step}]}}
-        return await mcp_api.post("/v1/runs", json=body)
+        return await api.post("/v1/runs", json=body)
 
     wrong_args = await refused({"tool": "mcp.time.get_current_time", "args": {"tz": "UTC"}})
     assert wrong_args.status_code == 422
@@ -222,7 +206,7 @@ async def test_bad_mcp_steps_are_refused_before_anything_runs(
     assert down.status_code == 503 and "'gone' could not be reached" in down.text
     mute = await refused({"tool": "mcp.mute.anything", "args": {}})
     assert mute.status_code == 503 and "'mute' did not list its tools" in mute.text
-    checked = await mcp_api.post(
+    checked = await api.post(
         "/v1/runs",
         json={
             "goal": "g",
@@ -242,16 +226,16 @@ async def test_bad_mcp_steps_are_refused_before_anything_runs(
 
 
 async def test_a_stdio_server_that_dies_is_started_again(
-    mcp_api: httpx.AsyncClient, mcp_worker: Worker, wait_run: Poll
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
 ) -> None:
     step = {"tool": "mcp.time.get_current_time", "args": {"timezone": "UTC"}}
-    first = await wait_run(await submit(mcp_api, [{"id": "a", **step}]), http=mcp_api)
+    first = await wait_run(await submit(api, [{"id": "a", **step}]))
     assert first["status"] == "completed", first
     servers = _children_named("mcp-server-time")
     assert servers, "the worker's time server is not running"
     for pid in servers:
         os.kill(pid, signal.SIGKILL)
-    second = await wait_run(await submit(mcp_api, [{"id": "b", **step}]), http=mcp_api)
+    second = await wait_run(await submit(api, [{"id": "b", **step}]))
     assert second["status"] == "completed", second
     # The first attempt met the dead server; the second started a new one.
     assert second["steps"][0]["attempts"] == 2
@@ -260,7 +244,7 @@ async def test_a_stdio_server_that_dies_is_started_again(
 
 
 async def test_an_agent_calls_mcp_tools_by_their_function_names(
-    mcp_api: httpx.AsyncClient, mcp_worker: Worker, standin: StandIn, wait_run: Poll
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:
     standin.scenario(
         [
@@ -284,7 +268,7 @@ async def test_an_agent_calls_mcp_tools_by_their_function_names(
             {"match": "agent-mcp", "role": "act", "times": 1, "reply": "it is now"},
         ]
     )
-    response = await mcp_api.post(
+    response = await api.post(
         "/v1/runs",
         json={
             "goal": "agent-mcp: tell the time",
@@ -293,7 +277,7 @@ async def test_an_agent_calls_mcp_tools_by_their_function_names(
         },
     )
     assert response.status_code == 202, response.text
-    run = await wait_run(response.json()["run_id"], http=mcp_api)
+    run = await wait_run(response.json()["run_id"])
     assert run["status"] == "completed", run
     acts = standin.calls("agent-mcp", role="act")
     assert "mcp__time__get_current_time" in acts[0]["tools"]
