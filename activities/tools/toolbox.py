@@ -25,7 +25,6 @@ class McpToolSpec:
 
     tool: McpTool
     exposes_secrets: bool = False
-    compensation: None = None
 
     @property
     def name(self) -> str:
@@ -34,10 +33,6 @@ class McpToolSpec:
     @property
     def description(self) -> str:
         return self.tool.description
-
-    @property
-    def activity_name(self) -> str:
-        return f"tool.{self.tool.name}"
 
     def side_effect_for(self, args: dict[str, Any]) -> SideEffect:
         return self.tool.side_effect
