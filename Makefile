@@ -43,8 +43,10 @@ $(MCP_PROXY):
 	$(PYTHON) -m venv $(VENV)/mcp-proxy
 	$(VENV)/mcp-proxy/bin/python -m pip install --quiet 'mcp-proxy==0.13.0'
 
+# Two processes, each with its own Temporal dev server, stand-in and workers; a file's tests
+# stay together on one (they share its fixtures).
 unit: $(STAMP) $(CHROMIUM) $(COMPOSE) $(MCP_PROXY)
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 $(BENCH_STAMP): $(STAMP)
