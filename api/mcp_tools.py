@@ -18,9 +18,23 @@ def _named(body: RunRequest) -> list[str] | None:
     return body.tools
 
 
-def plan_tools(plan: Plan) -> list[str]:
-    """The tools a plan's steps call."""
-    return [step.tool for step in plan.steps if step.tool is not None]
+def plan_tools(plan: Plan) -> list[str] | None:
+    """The tools a plan's steps call, its child runs' included; None if a goal-only child
+    run is given no list (it gets every tool)."""
+    names: list[str] = []
+    for step in plan.steps:
+        each = step.for_each
+        tool = each.tool if each is not None else step.tool
+        if tool is not None:
+            names.append(tool)
+        spec = step.run or (each.run if each is not None else None)
+        if spec is None:
+            continue
+        inner = plan_tools(spec.plan) if spec.plan is not None else spec.tools
+        if inner is None:
+            return None
+        names += inner
+    return names
 
 
 async def mcp_tools_for(names: list[str] | None, hub: McpHub, policy: Policy) -> list[McpTool]:

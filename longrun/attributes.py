@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 STATUS_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunStatus")
 LABELS_ATTRIBUTE = SearchAttributeKey.for_keyword_list("LongrunLabels")
@@ -41,3 +41,19 @@ def search_attribute_flags() -> list[str]:
     for key in _KEYS:
         flags += ["--search-attribute", f"{key.name}={_CLI_NAMES[key.indexed_value_type.name]}"]
     return flags
+
+
+def start_attributes(labels: dict[str, str]) -> TypedSearchAttributes:
+    """What a run is found by from its start: its status (running) and its labels."""
+    listed = [f"{k}:{v}" for k, v in sorted(labels.items())]
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(STATUS_ATTRIBUTE, "running"),
+            SearchAttributePair(LABELS_ATTRIBUTE, listed),
+        ]
+    )
+
+
+def start_memo(goal: str, labels: dict[str, str], owner: str, **more: Any) -> dict[str, Any]:
+    """What a run's memo holds from its start: its goal, labels and owner (and `more`)."""
+    return {"goal": goal, "labels": labels, "owner": owner, **more}

@@ -22,6 +22,7 @@ from longrun.contracts import (
     Limits,
     Plan,
     RunRequest,
+    RunSpec,
     SideEffect,
     Step,
     ToolCheck,
@@ -31,6 +32,9 @@ from longrun.policy import Policy
 
 _TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _REFERENCE = re.compile(r"^\s*steps\.([a-z0-9_-]{1,64})\.output((?:\.[A-Za-z0-9_-]+)*)\s*$")
+_ITEM = re.compile(r"^\s*item((?:\.[A-Za-z0-9_-]+)*)\s*$")
+# Child runs may start child runs of their own, this many levels deep.
+MAX_CHILD_DEPTH = 3
 
 Loc = tuple[str | int, ...]
 
@@ -130,15 +134,20 @@ def iter_strings(value: Any, loc: Loc = ()) -> Iterator[tuple[Loc, str]]:
             yield from iter_strings(item, (*loc, index))
 
 
-def references(text: str) -> list[tuple[str, list[str]]]:
-    """The `{{steps.<id>.output.<path>}}` references in a string; raises on a malformed one."""
+def references(text: str, items: bool = False) -> list[tuple[str, list[str]]]:
+    """The `{{steps.<id>.output.<path>}}` references in a string; raises on a malformed one.
+    With `items` (inside a for_each), `{{item}}` and `{{item.<path>}}` are allowed too (and
+    not listed)."""
     found = []
     for match in _TEMPLATE.finditer(text):
+        if items and _ITEM.match(match.group(1)):
+            continue
         ref = _REFERENCE.match(match.group(1))
         if ref is None:
+            hint = " (or {{item}} inside a for_each)" if not items else " or {{item.<field>}}"
             raise ReferenceError_(
                 f"malformed reference '{{{{{match.group(1)}}}}}': "
-                "write {{steps.<step id>.output.<field>}}"
+                "write {{steps.<step id>.output.<field>}}" + hint
             )
         path = [p for p in ref.group(2).split(".") if p]
         found.append((ref.group(1), path))
@@ -147,26 +156,45 @@ def references(text: str) -> list[tuple[str, list[str]]]:
 
 def referenced_steps(step: Step) -> set[str]:
     """The ids of the steps whose outputs `step` refers to."""
-    return {ref for _, text in _templated_fields(step) for ref, _ in references(text)}
+    return {ref for _, text, items in _templated_fields(step) for ref, _ in references(text, items)}
 
 
-def _templated_fields(step: Step) -> Iterator[tuple[Loc, str]]:
+def _templated_fields(step: Step) -> Iterator[tuple[Loc, str, bool]]:
+    """The step's strings that may refer to earlier steps' outputs (a child run's plan
+    refers to its own steps), and whether `{{item}}` may appear in each."""
     if step.tool is not None:
-        yield from iter_strings(step.args, ("args",))
+        for loc, text in iter_strings(step.args, ("args",)):
+            yield loc, text, False
     if step.model is not None:
-        yield ("model", "prompt"), step.model.prompt
+        yield ("model", "prompt"), step.model.prompt, False
         if step.model.system:
-            yield ("model", "system"), step.model.system
+            yield ("model", "system"), step.model.system, False
     if step.approval is not None:
-        yield ("approval", "message"), step.approval.message
+        yield ("approval", "message"), step.approval.message, False
+    if step.run is not None:
+        yield ("run", "goal"), step.run.goal, False
+    if step.for_each is not None:
+        each = step.for_each
+        if isinstance(each.items, str):
+            yield ("for_each", "items"), each.items, False
+        for loc, text in iter_strings(each.args, ("for_each", "args")):
+            yield loc, text, True
+        if each.run is not None:
+            yield ("for_each", "run", "goal"), each.run.goal, True
 
 
 def validate_plan(
-    plan: Plan, tools: Mapping[str, ToolCatalogue], policy: Policy | None = None
+    plan: Plan,
+    tools: Mapping[str, ToolCatalogue],
+    policy: Policy | None = None,
+    base: Loc = ("body", "plan", "steps"),
+    depth: int = 0,
+    items: bool = False,
 ) -> list[PlanError]:
-    """Check what a schema cannot: ids, dependencies, cycles, references, tools and their args."""
+    """Check what a schema cannot: ids, dependencies, cycles, references, tools and their
+    args, child runs. `base` locates the plan's steps in the request; `depth` is how deep
+    in child runs the plan is; `items` allows `{{item}}` (a for_each's child plan)."""
     errors: list[PlanError] = []
-    base: Loc = ("body", "plan", "steps")
     index_of: dict[str, int] = {}
     for i, step in enumerate(plan.steps):
         if step.id in index_of:
@@ -209,9 +237,9 @@ def validate_plan(
 
     before = ancestors(deps)
     for i, step in enumerate(plan.steps):
-        for loc, text in _templated_fields(step):
+        for loc, text, field_items in _templated_fields(step):
             try:
-                refs = references(text)
+                refs = references(text, items or field_items)
             except ReferenceError_ as exc:
                 errors.append(PlanError(loc=(*base, i, *loc), msg=str(exc)))
                 continue
@@ -234,6 +262,63 @@ def validate_plan(
             except SchemaError as exc:
                 loc = (*base, i, "model", "json_schema")
                 errors.append(PlanError(loc=loc, msg=f"not a valid JSON schema: {exc.message}"))
+        if step.run is not None or step.for_each is not None:
+            errors += _check_children(step, (*base, i), tools, policy, depth, items)
+    return errors
+
+
+def _check_children(
+    step: Step,
+    loc: Loc,
+    tools: Mapping[str, ToolCatalogue],
+    policy: Policy | None,
+    depth: int,
+    items: bool,
+) -> list[PlanError]:
+    """A run or for_each step: not too deep, a list to go over, a valid child or call."""
+    if depth >= MAX_CHILD_DEPTH:
+        msg = f"child runs nest at most {MAX_CHILD_DEPTH} levels deep"
+        return [PlanError(loc=(*loc, step.kind), msg=msg)]
+    each = step.for_each
+    if each is None:
+        assert step.run is not None
+        return validate_child(step.run, (*loc, "run"), tools, policy, depth + 1, items)
+    errors = []
+    if isinstance(each.items, str) and not _whole_reference(each.items):
+        msg = "a list, or exactly one reference {{steps.<step id>.output.<field>}} to one"
+        errors.append(PlanError(loc=(*loc, "for_each", "items"), msg=msg))
+    if each.tool is not None:
+        errors += check_tool_call(each.tool, each.args, (*loc, "for_each"), tools, policy)
+    if each.run is not None:
+        at = (*loc, "for_each", "run")
+        errors += validate_child(each.run, at, tools, policy, depth + 1, items=True)
+    return errors
+
+
+def _whole_reference(text: str) -> bool:
+    matches = list(_TEMPLATE.finditer(text))
+    return len(matches) == 1 and matches[0].span() == (0, len(text))
+
+
+def child_request(spec: RunSpec) -> RunRequest:
+    """A child run's spec as the request it would be on its own (how it is checked)."""
+    return RunRequest(goal=spec.goal, plan=spec.plan, acceptance=spec.acceptance, tools=spec.tools)
+
+
+def validate_child(
+    spec: RunSpec,
+    at: Loc,
+    tools: Mapping[str, ToolCatalogue],
+    policy: Policy | None,
+    depth: int,
+    items: bool,
+) -> list[PlanError]:
+    """Check a child run's spec as a request of its own, located at `at`."""
+    body = child_request(spec)
+    errors = validate_agent(body, tools, policy, at)
+    if spec.plan is not None:
+        base = (*at, "plan", "steps")
+        errors = validate_plan(spec.plan, tools, policy, base, depth, items) + errors
     return errors
 
 
@@ -268,15 +353,28 @@ def normalize_plan(
     steps = []
     for step in plan.steps:
         gate = step.requires_approval
+        each = step.for_each
+        tool, args = (each.tool, each.args) if each is not None else (step.tool, step.args)
         if gate is None:
             gate = False
-            if step.tool is not None:
-                effect = tools[step.tool].side_effect_for(step.args)
-                gate = policy.default_approval(step.tool, effect)
-        steps.append(
-            step.model_copy(update={"depends_on": deps[step.id], "requires_approval": gate})
-        )
+            if tool is not None:
+                effect = tools[tool].side_effect_for(args)
+                gate = policy.default_approval(tool, effect)
+        update: dict[str, Any] = {"depends_on": deps[step.id], "requires_approval": gate}
+        if step.run is not None:
+            update["run"] = _normal_child(step.run, tools, policy)
+        if each is not None and each.run is not None:
+            update["for_each"] = each.model_copy(
+                update={"run": _normal_child(each.run, tools, policy)}
+            )
+        steps.append(step.model_copy(update=update))
     return Plan(steps=steps)
+
+
+def _normal_child(spec: RunSpec, tools: Mapping[str, ToolCatalogue], policy: Policy) -> RunSpec:
+    if spec.plan is None:
+        return spec
+    return spec.model_copy(update={"plan": normalize_plan(spec.plan, tools, policy)})
 
 
 def lookup(value: Any, path: list[str], where: str) -> Any:
@@ -375,9 +473,13 @@ def effective_budget(requested: Budget | None, defaults: Limits, ceilings: Limit
 
 
 def validate_agent(
-    body: RunRequest, tools: Mapping[str, ToolCatalogue], policy: Policy | None = None
+    body: RunRequest,
+    tools: Mapping[str, ToolCatalogue],
+    policy: Policy | None = None,
+    at: Loc = ("body",),
 ) -> list[PlanError]:
-    """Check a goal-only request: known tools, unique criteria, valid check arguments.
+    """Check a goal-only request (located at `at`): known tools, unique criteria, valid
+    check arguments.
 
     With an explicit plan, the agent-only fields are refused rather than ignored.
     """
@@ -386,27 +488,25 @@ def validate_agent(
         for name in AGENT_ONLY_FIELDS:
             if getattr(body, name) is not None:
                 errors.append(
-                    PlanError(
-                        loc=("body", name), msg=f"'{name}' applies only to runs without a plan"
-                    )
+                    PlanError(loc=(*at, name), msg=f"'{name}' applies only to runs without a plan")
                 )
         return errors
     for i, name in enumerate(body.tools or []):
         if name not in tools:
             known = ", ".join(sorted(tools))
             errors.append(
-                PlanError(loc=("body", "tools", i), msg=f"unknown tool '{name}' (known: {known})")
+                PlanError(loc=(*at, "tools", i), msg=f"unknown tool '{name}' (known: {known})")
             )
         elif policy is not None and not policy.allows(name):
             errors.append(
                 PlanError(
-                    loc=("body", "tools", i),
+                    loc=(*at, "tools", i),
                     msg=f"tool '{name}' is not allowed by this server's policy",
                 )
             )
     seen: set[str] = set()
     for i, criterion in enumerate(body.acceptance or []):
-        loc: Loc = ("body", "acceptance", i)
+        loc: Loc = (*at, "acceptance", i)
         if criterion.id in seen:
             errors.append(
                 PlanError(loc=(*loc, "id"), msg=f"duplicate criterion id '{criterion.id}'")

@@ -17,6 +17,8 @@ RESUME = "resume"
 SET_BUDGET = "set_budget"
 CANCELLING = "cancelling"
 DECIDE = "decide"
+# Signal: a child run's report to its parent (longrun.contracts.ChildReport).
+CHILD = "child"
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):
 # {"status": RunState, "audit"?: AuditTrail, "steps"?: {step id: StepState}}.

@@ -84,15 +84,17 @@ class Calls:
         *,
         retry: RetrySpec | None = None,
         timeout_s: float | None = None,
+        run_id: str | None = None,
     ) -> ToolResult:
         """Run `tool.<name>` for a step (after the checkpoint); raises ActivityError when it
-        fails for good."""
+        fails for good. With `run_id`, in that (child) run's workspace: an undo of its call."""
         args = await self._bounded(args)
+        run_id = run_id or self.run_id
         call = ToolCall(
-            run_id=self.run_id,
+            run_id=run_id,
             step_id=step_id,
             # Stable across retries and continue-as-new: tools use it to apply an effect once.
-            idempotency_key=f"{self.run_id}:{step_id}",
+            idempotency_key=f"{run_id}:{step_id}",
             args=args,
         )
         limit = timedelta(seconds=timeout_s) if timeout_s else TOOL_TIMEOUT

@@ -48,6 +48,8 @@ class HandOver:
         p.events.restore(carry.events, carry.next_event_id, carry.events_archived, carry.figures)
         p.requests.restore(carry.outcomes, carry.deferred_decisions)
         p.undo.restore(carry.completed_calls, carry.compensate_on_cancel)
+        p.children.restore(carry.children)
+        p.reporting.sent = carry.reports_sent
 
     def due(self, settled: int) -> bool:
         """Whether to continue as new, after `settled` steps ended in this segment."""
@@ -82,13 +84,15 @@ class HandOver:
         workflow.continue_as_new(self._parts.inp.model_copy(update={"carry": carry}))
 
     async def _quiesce(self) -> None:
-        """Wait until no webhook delivery is under way (none outlives its segment) and no
-        handler runs."""
-        webhooks = self._parts.webhooks
+        """Wait until no webhook delivery, budget change to a child or report to a parent is
+        under way (none outlives its segment) and no handler runs."""
+        p = self._parts
         while True:
-            await webhooks.settle()
+            await p.webhooks.settle()
+            await p.children.settle()
+            await p.reporting.settle()
             await workflow.wait_condition(workflow.all_handlers_finished)
-            if not webhooks.pending:
+            if not p.webhooks.pending:
                 return
 
     async def _archive_events(self) -> None:
@@ -176,6 +180,8 @@ class HandOver:
             figures=p.events.figures,
             outcomes=p.requests.listed(),
             deferred_decisions=p.requests.listed_deferred(),
+            children=p.children.listed(),
+            reports_sent=p.reporting.sent,
         )
 
     def _needed_outputs(self, plan: Plan) -> set[str]:

@@ -17,8 +17,10 @@ from workflows.events import EventLog
 
 with workflow.unsafe.imports_passed_through():
     from longrun.contracts import (
+        LIVE_RUN_STATUSES,
         Budget,
         BudgetView,
+        ChildRun,
         ControlRequest,
         Limits,
         LimitUse,
@@ -29,6 +31,15 @@ with workflow.unsafe.imports_passed_through():
 
 PauseReason = Literal["budget", "requested", "model_unavailable"]
 CallKind = Literal["model", "tool"]
+# The limits a child run's budget is carved from; time is not carved: a child has what is
+# left of its parent's.
+CARVED = (
+    "max_input_tokens",
+    "max_output_tokens",
+    "max_cost_usd",
+    "max_model_calls",
+    "max_tool_calls",
+)
 
 
 class Ledger:
@@ -61,6 +72,9 @@ class Ledger:
         self.model_down: str | None = None
         # Why the run is being stopped (cancelled, out of time): no call passes after.
         self.stopping: str | None = None
+        # Child runs, by run id: a live one is charged what was carved for it (or what it
+        # reported, if more), an ended one what it used (see workflows/children.py).
+        self.children: dict[str, ChildRun] = {}
 
     def restore(
         self, usage: Usage, budget: Budget, started: datetime, pause: ControlRequest | None
@@ -158,16 +172,66 @@ class Ledger:
         return f"the run's time budget ({self.budget.max_duration_s:g} s) is used up"
 
     def used(self) -> dict[str, float]:
-        """What the run has used, by the name of the limit it counts against."""
-        u = self.usage
-        return {
-            "max_input_tokens": u.input_tokens,
-            "max_output_tokens": u.output_tokens,
-            "max_cost_usd": u.cost_usd,
-            "max_model_calls": u.model_calls,
-            "max_tool_calls": u.tool_calls,
-            "max_duration_s": self.elapsed_s(),
-        }
+        """What the run has used (its child runs included), by the name of the limit it
+        counts against."""
+        used = {**_spent(self.usage), "max_duration_s": self.elapsed_s()}
+        for child in self.children.values():
+            spent = _spent(child.usage)
+            live = child.status in LIVE_RUN_STATUSES
+            for name in CARVED:
+                carved = getattr(child.budget, name)
+                charge = max(carved, spent[name]) if live and carved is not None else spent[name]
+                used[name] += charge
+        return used
+
+    def carve(self, wants: Limits | None) -> Budget:
+        """A new child run's budget: what it asks for, within what this run has left (all
+        of it for a limit it does not ask about); time is what is left of this run's."""
+        used = self.used()
+        limits: dict[str, float | None] = {}
+        for name in CARVED:
+            limit = getattr(self.budget, name)
+            want = getattr(wants, name) if wants is not None else None
+            if limit is None:
+                limits[name] = want
+            else:
+                room = _room(name, limit, used[name])
+                limits[name] = room if want is None else min(want, room)
+        time_left = None
+        if self.budget.max_duration_s is not None:
+            time_left = max(0.0, self.budget.max_duration_s - self.elapsed_s())
+        want_time = wants.max_duration_s if wants is not None else None
+        limits["max_duration_s"] = _least(time_left, want_time)
+        return Budget.model_validate(
+            {**limits, "on_budget_exhausted": self.budget.on_budget_exhausted}
+        )
+
+    def regrant(self) -> list[tuple[str, Limits]]:
+        """Give live child runs held short of what they asked for what this run has left,
+        oldest first; the changed limits, by child run id, for the caller to send."""
+        grants: list[tuple[str, Limits]] = []
+        for child in self.children.values():
+            if child.status not in LIVE_RUN_STATUSES:
+                continue
+            changes: dict[str, float] = {}
+            used = self.used()
+            spent = _spent(child.usage)
+            for name in CARVED:
+                limit = getattr(self.budget, name)
+                if limit is None:
+                    continue
+                carved = getattr(child.budget, name)
+                base = carved if carved is not None else spent[name]
+                want = getattr(child.wants, name)
+                room = _room(name, limit, used[name])
+                if room <= 0 or (want is not None and base >= want):
+                    continue
+                changes[name] = base + room if want is None else min(want, base + room)
+            if changes:
+                limits = Limits.model_validate(changes)
+                child.budget = child.budget.model_copy(update=changes)
+                grants.append((child.run_id, limits))
+        return grants
 
     def exhausted_limits(self) -> list[str]:
         """The limits used up."""
@@ -183,6 +247,18 @@ class Ledger:
             },
             on_budget_exhausted=self.budget.on_budget_exhausted,
         )
+
+    def total_usage(self) -> Usage:
+        """What the run and its child runs have used (as the children last reported)."""
+        total = self.usage.model_copy()
+        for child in self.children.values():
+            u = child.usage
+            total.model_calls += u.model_calls
+            total.tool_calls += u.tool_calls
+            total.input_tokens += u.input_tokens
+            total.output_tokens += u.output_tokens
+            total.cost_usd = round(total.cost_usd + u.cost_usd, 6)
+        return total
 
     def usage_now(self) -> Usage:
         """A copy of usage with the duration so far (a query must not change state)."""
@@ -255,3 +331,23 @@ class Ledger:
 
 def _reached(limit: float | None, used: float) -> bool:
     return limit is not None and used >= limit
+
+
+def _spent(usage: Usage) -> dict[str, float]:
+    return {
+        "max_input_tokens": usage.input_tokens,
+        "max_output_tokens": usage.output_tokens,
+        "max_cost_usd": usage.cost_usd,
+        "max_model_calls": usage.model_calls,
+        "max_tool_calls": usage.tool_calls,
+    }
+
+
+def _room(name: str, limit: float, used: float) -> float:
+    """What is left of a limit: whole calls and tokens, cost to the micro-dollar."""
+    left = max(0.0, limit - used)
+    return round(left, 6) if name == "max_cost_usd" else int(left)
+
+
+def _least(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)

@@ -10,9 +10,11 @@ from temporalio import workflow
 from workflows.approvals import Approvals
 from workflows.audit import AuditLog
 from workflows.calls import Calls
+from workflows.children import Children
 from workflows.common import Clock
 from workflows.events import EventLog
 from workflows.ledger import Ledger
+from workflows.reporting import Reporting
 from workflows.requests import Requests
 from workflows.status import Display, StatusBoard
 from workflows.steps import StepBook
@@ -21,12 +23,13 @@ from workflows.webhooks import Webhooks
 
 with workflow.unsafe.imports_passed_through():
     from activities.tools.toolbox import toolbox
-    from longrun.contracts import AuditEntry, RunInput
+    from longrun.contracts import AuditEntry, ChildReport, RunInput
 
 
 class RunParts:
-    """Event log, audit trail, step book, budget ledger, approvals, undo log, calls and
-    status of one run; each owns its state and its slice of what a hand-over carries."""
+    """Event log, audit trail, step book, budget ledger, approvals, undo log, calls, child
+    runs, status and reports to a parent of one run; each owns its state and its slice of
+    what a hand-over carries."""
 
     def __init__(self, inp: RunInput, now: Clock, display: Display) -> None:
         self.inp = inp
@@ -55,10 +58,35 @@ class RunParts:
         self.webhooks = Webhooks(inp.run_id, inp.config.webhooks)
         if inp.config.webhooks:
             self.events.listen(self.webhooks.notify)
-        self.status = StatusBoard(
-            inp, self.steps, self.approvals, self.ledger, self.events, display
+        policy = inp.config.policy
+        self.children = Children(
+            inp,
+            self.ledger,
+            self.undo,
+            self.audit,
+            self.events,
+            self.refresh,
+            lambda: [name for name in self.tools if policy.allows(name)],
         )
+        self.status = StatusBoard(
+            inp, self.steps, self.approvals, self.ledger, self.events, display, self.children
+        )
+        self.reporting = Reporting(inp.parent_run_id, self._report)
 
     def refresh(self) -> None:
-        """Show what changed: status, its search attribute, the Web UI's details."""
+        """Show what changed: status, its search attribute, the Web UI's details, and (for
+        a child run) its parent."""
         self.status.refresh()
+        self.reporting.notice()
+
+    def _report(self) -> ChildReport:
+        """This (child) run as its parent sees it."""
+        state = self.status
+        return ChildReport(
+            run_id=self.inp.run_id,
+            seq=0,
+            status=state.status,
+            pause_reason=self.ledger.pause_reason or self.children.held(),
+            pending_approvals=[*self.approvals.pending(), *self.children.pending()],
+            usage=self.ledger.total_usage(),
+        )

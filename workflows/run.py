@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         BudgetChange,
         BudgetView,
         CancelNote,
+        ChildReport,
         ControlRequest,
         EventPage,
         EventsQuery,
@@ -146,12 +147,22 @@ class RunWorkflow:
 
     @workflow.signal(name=wire.SET_BUDGET)
     def set_budget(self, change: BudgetChange) -> None:
-        """Change limits; a run paused for its budget resumes once nothing is exhausted."""
-        take = partial(self._p.ledger.set_limits, change.limits, change.actor)
+        """Change limits; a run paused for its budget resumes once nothing is exhausted, and
+        child runs held short get what it now has left."""
+        take = partial(self._limits, change)
         if change.request_id is None:
             take()
             return
         self._p.requests.handle(change.request_id, None, take)
+
+    def _limits(self, change: BudgetChange) -> None:
+        self._p.ledger.set_limits(change.limits, change.actor)
+        self._p.children.regrant()
+
+    @workflow.signal(name=wire.CHILD)
+    def child(self, report: ChildReport) -> None:
+        """A child run's report: its status, what waits in it, what it used."""
+        self._p.children.report(report)
 
     @workflow.signal(name=wire.CANCELLING)
     def cancelling(self, note: CancelNote) -> None:
@@ -242,6 +253,8 @@ class RunWorkflow:
         self._finish("completed", None)
         await record_final(p)
         await p.webhooks.settle()
+        await p.children.settle()
+        await p.reporting.final(p.undo.calls)
         return RunResult(outputs=p.status.result or {})
 
     async def _in_time(self, work: Coroutine[Any, Any, T]) -> T:
@@ -274,15 +287,20 @@ class RunWorkflow:
         await asyncio.gather(task, return_exceptions=True)
 
     async def _end(self, status: RunStatusName, error: str, compensate: bool) -> None:
-        """End a run early, undoing completed steps first if asked; always record the end."""
+        """End a run early, undoing completed steps first if asked; always record the end.
+        A child run leaves what it did not undo to its parent, which undoes it if it
+        compensates."""
+        p = self._p
         try:
             if compensate:
-                outcome = await self._p.undo.compensate(self._p.calls, self._p.ledger)
-                self._p.status.result = outcome.model_dump()
+                outcome = await p.undo.compensate(p.calls, p.ledger)
+                p.status.result = outcome.model_dump()
         finally:
             self._finish(status, error)
-        await record_final(self._p)
-        await self._p.webhooks.settle()
+        await record_final(p)
+        await p.webhooks.settle()
+        await p.children.settle()
+        await p.reporting.final([] if compensate else p.undo.calls)
 
     def _finish(self, status: RunStatusName, error: str | None) -> None:
         p = self._p

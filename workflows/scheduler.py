@@ -18,6 +18,7 @@ from workflows.common import (
     preview,
     secret_approval,
 )
+from workflows.fanout import ForEach
 from workflows.handover import HandOver
 from workflows.parts import RunParts
 from workflows.steps import DONE
@@ -112,6 +113,9 @@ class PlanScheduler:
             book.settle(state, "failed", error=str(exc))
             message = f"step '{step.id}' failed: {exc}"
             raise StepFailed(message, compensate=exc.compensate) from None
+        except _Skipped as exc:
+            book.settle(state, "skipped", error=str(exc))
+            return
         if output is None:
             book.settle(state, "skipped")
         else:
@@ -120,10 +124,11 @@ class PlanScheduler:
     async def _perform(self, step: Step, state: StepState) -> dict[str, Any] | None:
         """Run one step; None means it was skipped after a rejection."""
         p = self._parts
-        if step.tool is not None and step.tool not in p.tools:
+        tool = step.for_each.tool if step.for_each is not None else step.tool
+        if tool is not None and tool not in p.tools:
             # The API knew the tool; this worker does not (workers older than the API?).
             raise StepFailed(
-                f"no tool '{step.tool}' on the worker that ran this step: run workers of the "
+                f"no tool '{tool}' on the worker that ran this step: run workers of the "
                 "same version as the API"
             )
         try:
@@ -168,7 +173,7 @@ class PlanScheduler:
                 state.started_at = state.finished_at = workflow.now()
                 return {"approved_by": record.decided_by, "comment": record.comment}
 
-        if step.wait is None:
+        if step.model is not None or step.tool is not None:
             # A model or tool call: not while paused or over budget.
             await p.ledger.checkpoint("model" if step.model is not None else "tool")
         p.steps.start(state)
@@ -176,6 +181,8 @@ class PlanScheduler:
             if step.wait is not None:
                 await workflow.sleep(timedelta(seconds=step.wait.seconds))
                 return {"waited_s": step.wait.seconds}
+            if step.run is not None or step.for_each is not None:
+                return await self._children(step, resolved)
             if step.model is not None:
                 return await self._call_model(step, state, resolved)
             return await self._call_tool(step, state, resolved)
@@ -184,17 +191,29 @@ class PlanScheduler:
             state.attempts = attempts or state.attempts
             raise StepFailed(message) from None
 
+    async def _children(self, step: Step, resolved: dict[str, Any]) -> dict[str, Any]:
+        """A run step's child run, or a for_each's items; a failure as `on_failure` says."""
+        try:
+            if step.run is not None:
+                spec = step.run.model_copy(update={"goal": resolved["goal"]})
+                return await self._parts.children.run(step.id, spec)
+            return await ForEach(self._parts, step, resolved["items"], self._output_of).run()
+        except StepFailed as exc:
+            if step.on_failure == "skip" and step.run is not None:
+                raise _Skipped(str(exc)) from None
+            raise StepFailed(str(exc), compensate=step.on_failure == "compensate") from None
+
+    def _output_of(self, step_id: str) -> Any:
+        dep = self._parts.steps.by_id.get(step_id)
+        if dep is None:
+            raise plans.ReferenceError_(f"no step '{step_id}'")
+        if dep.status != "completed":
+            raise plans.ReferenceError_(f"step '{step_id}' has no output (it is {dep.status})")
+        return dep.output
+
     def _resolve(self, step: Step) -> dict[str, Any]:
         """The step's inputs with references replaced: tool args as values, texts as text."""
-        book = self._parts.steps.by_id
-
-        def output_of(step_id: str) -> Any:
-            dep = book.get(step_id)
-            if dep is None:
-                raise plans.ReferenceError_(f"no step '{step_id}'")
-            if dep.status != "completed":
-                raise plans.ReferenceError_(f"step '{step_id}' has no output (it is {dep.status})")
-            return dep.output
+        output_of = self._output_of
 
         if step.tool is not None:
             return dict(plans.resolve(step.args, output_of))
@@ -207,6 +226,10 @@ class PlanScheduler:
             }
         if step.approval is not None:
             return {"message": plans.resolve_text(step.approval.message, output_of)}
+        if step.run is not None:
+            return {"goal": plans.resolve_text(step.run.goal, output_of)}
+        if step.for_each is not None:
+            return {"items": plans.resolve(step.for_each.items, output_of)}
         return {}
 
     async def _call_tool(
@@ -262,3 +285,7 @@ class PlanScheduler:
         if result.json_value is not None:
             output["json"] = result.json_value
         return output
+
+
+class _Skipped(Exception):
+    """A step skipped after its child run failed (`on_failure: skip`), saying why."""

@@ -11,6 +11,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 from workflows.approvals import Approvals
+from workflows.children import Children
 from workflows.common import patched
 from workflows.events import EventLog
 from workflows.ledger import Ledger
@@ -177,8 +178,10 @@ class StatusBoard:
         ledger: Ledger,
         events: EventLog,
         display: Display,
+        children: Children,
     ) -> None:
         self._inp = inp
+        self._children = children
         self._events = events
         self._steps = steps
         self._approvals = approvals
@@ -205,7 +208,7 @@ class StatusBoard:
             # the run: big outputs are previewed, an agent's old tool calls counted.
             steps=[listed(s, limit) for s in steps],
             steps_omitted=omitted,
-            pending_approvals=self._approvals.pending(),
+            pending_approvals=[*self._approvals.pending(), *self._children.pending()],
             approvals=self._approvals.listed(whole=APPROVALS_LISTED_WHOLE),
             approvals_archived=list(self._approvals.archived),
             usage=self._ledger.usage_now(),
@@ -215,10 +218,12 @@ class StatusBoard:
             else self.result,
             error=self.error,
             budget=self._ledger.view(),
-            pause_reason=self._ledger.pause_reason,
+            pause_reason=self._ledger.pause_reason or self._children.held(),
             pause_detail=self._ledger.model_down,
             exhausted=self._ledger.exhausted,
             figures=self._events.figures,
+            parent_run_id=self._inp.parent_run_id,
+            children=self._children.listed(),
         )
         if self.agent is not None:
             self.agent.describe(state)
@@ -228,9 +233,9 @@ class StatusBoard:
         """Recompute the run status, publish it as a search attribute and in the Web UI."""
         if self.status in LIVE_RUN_STATUSES:
             status: RunStatusName = "running"
-            if self._ledger.pause_reason is not None:
+            if self._ledger.pause_reason is not None or self._children.held():
                 status = "paused"
-            elif self._approvals.undecided:
+            elif self._approvals.undecided or self._children.pending():
                 status = "waiting_approval"
             changed, self.status = status != self.status, status
             self.publish(changed=changed)
@@ -265,7 +270,7 @@ class StatusBoard:
             steps_done=done,
             steps_total=total,
             cost_usd=self._ledger.usage.cost_usd,
-            pending_approvals=len(self._approvals.undecided),
+            pending_approvals=len(self._approvals.undecided) + len(self._children.pending()),
         )
         if not self._display.progress(progress, final) and changed:
             self._display.status(self.status)

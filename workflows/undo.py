@@ -78,7 +78,7 @@ class UndoLog:
             undo_tool, undo_args = undo
             ledger.count_undo()
             try:
-                await calls.tool(f"{step_id}-undo", undo_tool, undo_args)
+                await calls.tool(f"{step_id}-undo", undo_tool, undo_args, run_id=call.run_id)
             except (ActivityError, asyncio.CancelledError) as exc:
                 # A cancel that arrives while undoing is delivered once: note it, go on.
                 message = "cancelled" if isinstance(exc, asyncio.CancelledError) else None
@@ -91,5 +91,6 @@ class UndoLog:
                 self._audit.record("longrun", "not undone", f"{step_id}: {message}")
                 continue
             outcome.compensated.append(step_id)
-            self._audit.record("longrun", "compensated", f"{step_id}: {undo_tool}")
+            where = f" (child run {call.run_id})" if call.run_id else ""
+            self._audit.record("longrun", "compensated", f"{step_id}: {undo_tool}{where}")
         return outcome

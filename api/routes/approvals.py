@@ -31,6 +31,7 @@ class InboxItem(BaseModel):
     """One approval a person still has to decide, with its run."""
 
     run_id: str
+    parent_run_id: str | None = Field(None, description="for a child run's approval")
     goal: str
     labels: dict[str, str]
     approval_id: str
@@ -77,15 +78,18 @@ async def list_approvals(
                 state = await query_state(client.get_workflow_handle(run_id))
             except (HTTPException, RPCError, WorkflowQueryFailedError):  # no answer: counted
                 return None
+        # A child's approvals are listed with the child, which waits too.
         return [
             InboxItem(
                 run_id=run_id,
+                parent_run_id=state.parent_run_id,
                 goal=state.goal,
                 labels=state.labels,
                 links=run_links(settings, run_id),
-                **a.model_dump(),
+                **a.model_dump(exclude={"run_id"}),
             )
             for a in state.pending_approvals
+            if a.run_id is None
         ]
 
     answers_ = await asyncio.gather(*(pending(wf.id) for wf in runs))

@@ -26,7 +26,6 @@ from temporalio.client import (
 )
 from temporalio.common import (
     QueryRejectCondition,
-    SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
@@ -56,7 +55,11 @@ from api.schemas import (
     answers,
 )
 from longrun import secrets, wire
-from longrun.attributes import LABELS_ATTRIBUTE, STATUS_ATTRIBUTE
+from longrun.attributes import (
+    STATUS_ATTRIBUTE,
+    start_attributes,
+    start_memo,
+)
 from longrun.contracts import (
     FINAL_RUN_STATUSES,
     LABEL_KEY_PATTERN,
@@ -340,18 +343,12 @@ def run_details(inp: RunInput) -> str:
 
 def run_search_attributes(inp: RunInput) -> TypedSearchAttributes:
     """What a run is found by from its start: its status (running) and its labels."""
-    labels = [f"{k}:{v}" for k, v in sorted(inp.labels.items())]
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(STATUS_ATTRIBUTE, "running"),
-            SearchAttributePair(LABELS_ATTRIBUTE, labels),
-        ]
-    )
+    return start_attributes(inp.labels)
 
 
 def run_memo(inp: RunInput, **more: Any) -> dict[str, Any]:
     """What a run's memo holds from its start: its goal, labels and owner (and `more`)."""
-    return {"goal": inp.goal, "labels": inp.labels, "owner": inp.owner, **more}
+    return start_memo(inp.goal, inp.labels, inp.owner, **more)
 
 
 def fresh_id(prefix: str, namespace: uuid.UUID, caller: str, key: str | None) -> str:
@@ -551,12 +548,33 @@ async def decide_approval(
     # The run takes a decision on a request it has not asked for (yet) once it does; so an
     # approval the run never asked for is refused here.
     state = await query_state(handle)
-    known = {a.approval_id for a in [*state.pending_approvals, *state.approvals]}
+    own = [a for a in [*state.pending_approvals, *state.approvals] if a.run_id is None]
+    known = {a.approval_id for a in own}
     if approval_id not in known and approval_id not in state.approvals_archived:
-        raise HTTPException(404, f"run '{run_id}' has no approval '{approval_id}'")
+        child = _asking_child(state, run_id, approval_id)
+        return await decide_approval(child, approval_id, body, client, settings, caller)
     ended = partial(_ended_decision, handle, run_id, approval_id)
     await _ask(handle, run_id, wire.DECIDE, decision, ended=ended)
     return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' taken")
+
+
+def _asking_child(state: RunDetail, run_id: str, approval_id: str) -> str:
+    """The child run that asks for an approval its parent lists; 404 if none does, 409 if
+    several do (decide it on the child run)."""
+    asking = [
+        a.run_id
+        for a in state.pending_approvals
+        if a.run_id is not None and a.approval_id == approval_id
+    ]
+    if not asking:
+        raise HTTPException(404, f"run '{run_id}' has no approval '{approval_id}'")
+    if len(asking) > 1:
+        raise HTTPException(
+            409,
+            f"child runs {', '.join(asking)} each ask for '{approval_id}': "
+            "decide it on the child run",
+        )
+    return asking[0]
 
 
 async def _ended_decision(handle: WorkflowHandle[Any, Any], run_id: str, approval_id: str) -> None:
@@ -627,7 +645,7 @@ async def cancel_run(
     run_id: str, client: TemporalClient, caller: Submitter, body: CancelRequest | None = None
 ) -> Accepted:
     """Cancel a run; running activities are cancelled through their heartbeats."""
-    handle = await _live_run(client, run_id, caller, "cancel", others="admin")
+    handle, _ = await _live_run(client, run_id, caller, "cancel", others="admin")
     compensate = body.compensate if body else False
     try:
         await handle.signal(wire.CANCELLING, CancelNote(actor=caller.name, compensate=compensate))
@@ -641,7 +659,7 @@ async def cancel_run(
 
 async def _live_run(
     client: Client, run_id: str, caller: Principal, action: str, others: Role
-) -> WorkflowHandle[Any, Any]:
+) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription]:
     """A run that has not ended, which `caller` may `action`: as its owner, or holding the
     role `others` that acts on anyone's runs."""
     handle, desc = await describe_run(client, run_id)
@@ -649,7 +667,7 @@ async def _live_run(
         raise HTTPException(403, f"submitters may {action} only the runs they started")
     if (status := run_status_of(desc)) in FINAL_RUN_STATUSES:
         raise HTTPException(409, f"run '{run_id}' has already ended ({status})")
-    return handle
+    return handle, desc
 
 
 @router.post("/{run_id}/pause", status_code=202, responses=answers(404, 409))
@@ -676,7 +694,7 @@ async def _control(
     action: str,
     signal: str,
 ) -> Accepted:
-    handle = await _live_run(client, run_id, caller, action, others="approver")
+    handle, _ = await _live_run(client, run_id, caller, action, others="approver")
     reason = body.reason if body else None
     request = ControlRequest(actor=caller.name, reason=reason, request_id=_request_id())
     await _ask(handle, run_id, signal, request)
@@ -691,7 +709,16 @@ async def change_budget(
     errors = check_limits(body, settings.budget_ceilings, ("body",))
     if errors:
         raise _invalid(errors)
-    handle = await _live_run(client, run_id, caller, "change the budget of", others="approver")
+    handle, desc = await _live_run(
+        client, run_id, caller, "change the budget of", others="approver"
+    )
+    parent = await desc.memo_value("parent_run_id", None)
+    if parent is not None:
+        raise HTTPException(
+            409,
+            f"run '{run_id}' is a child run: its budget is carved out of its parent's; "
+            f"change the budget of '{parent}' instead",
+        )
     change = BudgetChange(limits=body, actor=caller.name, request_id=_request_id())
     await _ask(handle, run_id, wire.SET_BUDGET, change)
     return Accepted(run_id=run_id, detail="budget change taken")

@@ -55,6 +55,9 @@ class PendingApproval(BaseModel):
     requested_at: datetime
     kind: ApprovalKind = "approval"
     arguments: Any = Field(None, description="exactly what will run once approved")
+    run_id: str | None = Field(
+        None, description="the child run that asks, when it is not this run (decide it there)"
+    )
 
 
 class ApprovalRecord(PendingApproval):

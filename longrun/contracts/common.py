@@ -10,11 +10,15 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
-# The ids the API gives runs; a schedule's runs add the time each was due (Temporal's naming).
-RUN_ID_PATTERN = r"^run-[0-9a-f]{32}(-\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)?$"
+# The ids the API gives runs; a schedule's runs add the time each was due (Temporal's naming);
+# a child run adds the step that started it (and, in a `for_each`, its item), up to three
+# levels deep.
+RUN_ID_PATTERN = (
+    r"^run-[0-9a-f]{32}(-\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)?(:[a-z0-9_-]{1,64}(:\d{1,4})?){0,3}$"
+)
 # What a run id may hold where it names a folder or key prefix (artifacts, workspaces,
 # journals): no `/`, `.` or empty name, so it can never leave its own.
-RUN_FOLDER_PATTERN = r"^[A-Za-z0-9_:-]{1,128}$"
+RUN_FOLDER_PATTERN = r"^[A-Za-z0-9_:-]{1,255}$"
 STEP_ID_PATTERN = r"^[a-z0-9_-]{1,64}$"
 LABEL_KEY_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 LABEL_VALUE_PATTERN = r"^[A-Za-z0-9_.-]{1,63}$"
@@ -29,7 +33,7 @@ FINAL_RUN_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelle
 StepStatusName = Literal[
     "pending", "running", "waiting_approval", "completed", "failed", "skipped", "cancelled"
 ]
-StepKind = Literal["tool", "model", "wait", "approval"]
+StepKind = Literal["tool", "model", "wait", "approval", "run", "for_each"]
 Decision = Literal["approve", "reject"]
 ApprovalKind = Literal["approval", "needs_help"]
 Phase = Literal["planning", "acting", "verifying", "replanning", "completing"]

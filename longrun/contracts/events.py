@@ -28,6 +28,8 @@ EventType = Literal[
     "audit",
     "run.continued",
     "run.ended",
+    "child.started",
+    "child.ended",
 ]
 
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from longrun.contracts.budget import Limits
 from longrun.contracts.common import StepId, StepKind, _Strict
 
 
@@ -44,12 +45,51 @@ class ApprovalSpec(_Strict):
     message: str = Field(min_length=1, max_length=4000)
 
 
+class RunSpec(_Strict):
+    """A child run: its own plan, or a goal its agent plans, with a budget carved out of the
+    parent's (the parent's remaining limits bound it)."""
+
+    goal: str = Field(min_length=1, max_length=4000)
+    plan: Plan | None = None
+    acceptance: list[Criterion] | None = Field(None, max_length=50)
+    tools: list[str] | None = Field(None, max_length=100)
+    budget: Limits | None = Field(
+        None, description="the most the child may use; unset limits: what the parent has left"
+    )
+
+
+class ForEachSpec(_Strict):
+    """One child run or tool call per item of a list; `{{item}}` (or `{{item.<field>}}`)
+    in the child's goal and plan, or in the tool's args, stands for the item."""
+
+    items: list[Any] | str = Field(
+        description="a list, or one reference to an earlier step's list output "
+        "({{steps.<id>.output.<field>}})"
+    )
+    max_parallel: int = Field(1, ge=1, le=50)
+    run: RunSpec | None = None
+    tool: str | None = Field(None, min_length=1, max_length=100)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_action(self) -> ForEachSpec:
+        if (self.run is None) == (self.tool is None):
+            raise ValueError("for_each needs exactly one of run, tool")
+        if self.args and self.tool is None:
+            raise ValueError("'args' only applies to a for_each over a tool")
+        if isinstance(self.items, list) and len(self.items) > MAX_ITEMS:
+            raise ValueError(f"at most {MAX_ITEMS} items")
+        return self
+
+
+MAX_ITEMS = 1000
 OnTimeout = Literal["reject", "skip", "fail", "remind"]
 APPROVAL_TIMEOUT_MAX_S = 365 * 24 * 3600
 
 
 class Step(_Strict):
-    """One step of a plan: exactly one of `tool`, `model`, `wait` or `approval`."""
+    """One step of a plan: exactly one of `tool`, `model`, `wait`, `approval`, `run` (a
+    child run) or `for_each`."""
 
     id: StepId
     tool: str | None = Field(None, min_length=1, max_length=100)
@@ -57,6 +97,8 @@ class Step(_Strict):
     model: ModelSpec | None = None
     wait: WaitSpec | None = None
     approval: ApprovalSpec | None = None
+    run: RunSpec | None = None
+    for_each: ForEachSpec | None = None
     depends_on: list[StepId] | None = Field(None, max_length=1000)
     requires_approval: bool | None = None
     on_reject: Literal["fail", "skip", "compensate"] = "fail"
@@ -74,29 +116,34 @@ class Step(_Strict):
         description="when that time is up: reject (then on_reject applies), skip, fail, or "
         "remind (webhooks again, and wait as long again); default: the server's",
     )
+    on_failure: Literal["fail", "skip", "compensate"] | None = Field(
+        None,
+        description="run and for_each steps: when the child run (or an item) fails, fail the "
+        "run (default), skip it (a for_each goes on with the other items), or fail the run "
+        "and undo what it did",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> Step:
-        kinds = [k for k in ("tool", "model", "wait", "approval") if getattr(self, k) is not None]
+        kinds = [k for k in STEP_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
             found = ", ".join(kinds) if kinds else "none"
             raise ValueError(
-                f"a step needs exactly one of tool, model, wait, approval (found: {found})"
+                f"a step needs exactly one of {', '.join(STEP_KINDS)} (found: {found})"
             )
         if self.args and self.tool is None:
             raise ValueError("'args' only applies to tool steps")
+        if self.on_failure is not None and self.run is None and self.for_each is None:
+            raise ValueError("'on_failure' only applies to run and for_each steps")
         return self
 
     @property
     def kind(self) -> StepKind:
-        """Which of the four kinds this step is."""
-        if self.tool is not None:
-            return "tool"
-        if self.model is not None:
-            return "model"
-        if self.wait is not None:
-            return "wait"
-        return "approval"
+        """Which kind of step this is."""
+        return next(k for k in STEP_KINDS if getattr(self, k) is not None)
+
+
+STEP_KINDS: tuple[StepKind, ...] = ("tool", "model", "wait", "approval", "run", "for_each")
 
 
 class Plan(_Strict):
@@ -163,3 +210,6 @@ class RoleModels(_Strict):
     planner: str | None = Field(None, min_length=1, max_length=200)
     actor: str | None = Field(None, min_length=1, max_length=200)
     judge: str | None = Field(None, min_length=1, max_length=200)
+
+
+RunSpec.model_rebuild()

@@ -18,6 +18,7 @@ from longrun.contracts.budget import (
     Budget,
     BudgetView,
     ControlRequest,
+    Limits,
     PendingApproval,
     Price,
     RequestOutcome,
@@ -106,6 +107,56 @@ class Compensation(BaseModel):
     not_undone: list[str] = Field(default_factory=list)
 
 
+class CompletedCall(BaseModel):
+    """A completed tool call that compensation would undo or report as irreversible.
+
+    The undo call is worked out when the call completes, so the log stays small (a
+    write's undo names a backup, not the content). Records of older runs carry the call's
+    arguments and output instead, and their undo is worked out when it is needed.
+    """
+
+    step_id: str
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    output: dict[str, Any] = Field(default_factory=dict)
+    undo_known: bool = False
+    undo_tool: str | None = None
+    undo_args: dict[str, Any] | None = None
+    irreversible: bool = False
+    run_id: str | None = Field(None, description="the child run that made the call, if not this")
+
+
+class ChildRun(BaseModel):
+    """A child run as its parent shows it: where it stands, what it may use (carved out of
+    the parent's budget) and what waits for a person in it."""
+
+    run_id: str
+    step_id: str
+    item: int | None = Field(None, description="its item's index, in a for_each")
+    status: RunStatusName = "running"
+    pause_reason: Literal["budget", "requested", "model_unavailable"] | None = None
+    budget: Budget = Field(default_factory=Budget, description="what it may use")
+    wants: Limits = Field(default_factory=Limits, description="what its step asked for")
+    usage: Usage = Field(default_factory=Usage, description="what it reported it used")
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    seq: int = Field(0, description="the latest report taken")
+
+
+class ChildReport(BaseModel):
+    """What a child run tells its parent (signal `child`): sent when its status or pending
+    approvals change, and as it ends, with what it used and what compensation would undo
+    (for the parent to undo when it compensates). The latest `seq` wins."""
+
+    run_id: str
+    seq: int
+    status: RunStatusName
+    pause_reason: Literal["budget", "requested", "model_unavailable"] | None = None
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    final: bool = False
+    undo: list[CompletedCall] = Field(default_factory=list)
+
+
 class RunState(BaseModel):
     """Answer of the workflow's `status` query; the body of `GET /v1/runs/{id}`."""
 
@@ -141,30 +192,16 @@ class RunState(BaseModel):
     figures: RunFigures = Field(
         default_factory=RunFigures, description="what the run met and who stepped in"
     )
+    parent_run_id: str | None = Field(None, description="the run whose step started this one")
+    children: list[ChildRun] = Field(
+        default_factory=list, description="the child runs this run's steps started"
+    )
 
 
 class StepQuery(BaseModel):
     """Input of the workflow's `step` query."""
 
     step_id: str
-
-
-class CompletedCall(BaseModel):
-    """A completed tool call that compensation would undo or report as irreversible.
-
-    The undo call is worked out when the call completes, so the log stays small (a
-    write's undo names a backup, not the content). Records of older runs carry the call's
-    arguments and output instead, and their undo is worked out when it is needed.
-    """
-
-    step_id: str
-    tool: str
-    args: dict[str, Any] = Field(default_factory=dict)
-    output: dict[str, Any] = Field(default_factory=dict)
-    undo_known: bool = False
-    undo_tool: str | None = None
-    undo_args: dict[str, Any] | None = None
-    irreversible: bool = False
 
 
 class RunCarry(BaseModel):
@@ -192,6 +229,8 @@ class RunCarry(BaseModel):
     figures: RunFigures = Field(default_factory=RunFigures)
     outcomes: list[RequestOutcome] = Field(default_factory=list)  # of the latest requests
     deferred_decisions: list[ApprovalDecision] = Field(default_factory=list)
+    children: list[ChildRun] = Field(default_factory=list)
+    reports_sent: int = 0  # a child run's reports to its parent so far
 
 
 class Reuse(BaseModel):
@@ -218,6 +257,8 @@ class RunInput(BaseModel):
     reuse: Reuse | None = None
     # The MCP tools the run may call (its plan's steps or its agent's tools).
     mcp_tools: list[McpTool] = Field(default_factory=list)
+    # A child run: the run whose step started it, which it reports to.
+    parent_run_id: str | None = None
 
 
 class RunResult(BaseModel):

@@ -1,0 +1,220 @@
+"""Child runs and for_each: budgets carved out of the parent's ledger, a child's approvals
+decided through its parent, cancel-with-compensate undoing a child's write, and what a
+request gets wrong refused before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from longrun.settings import Settings
+from tests.helpers import Poll, submit
+from tests.test_replay import replays_and_is_kept
+
+
+def _workspace(settings: Settings, run_id: str) -> Path:
+    return settings.workspaces_dir / run_id / "workspace"
+
+
+def _child(run: dict[str, Any], item: int | None = None) -> dict[str, Any]:
+    return next(c for c in run["children"] if c["item"] == item)
+
+
+def _writes(name: str) -> dict[str, Any]:
+    """A child plan of two tool calls: write a file, read it back."""
+    return {
+        "steps": [
+            {"id": "write", "tool": "write_file", "args": {"path": name, "content": "{{item}}"}},
+            {"id": "read", "tool": "read_file", "args": {"path": name}},
+        ]
+    }
+
+
+async def test_a_for_each_of_five_child_runs_pauses_the_one_that_would_overspend(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll, settings: Settings
+) -> None:
+    """Five children of two tool calls each under a parent budget of seven: three finish,
+    the fourth gets the one call left and pauses before its second; nothing overspends.
+    Raising the parent's budget finishes the fourth and the fifth."""
+    fan = {
+        "id": "fan",
+        "for_each": {
+            "items": ["a", "b", "c", "d", "e"],
+            "max_parallel": 1,
+            "run": {"goal": "write {{item}}", "plan": _writes("{{item}}.txt")},
+        },
+    }
+    run_id = await submit(api, [fan], budget={"max_tool_calls": 7})
+
+    def fourth_held(run: dict[str, Any]) -> bool:
+        return any(c["item"] == 3 and c["status"] == "paused" for c in run.get("children", []))
+
+    run = await wait_run(run_id, fourth_held)
+    assert run["status"] == "paused" and run["pause_reason"] == "budget"
+    assert [c["status"] for c in run["children"]] == ["completed"] * 3 + ["paused"]
+    fourth = _child(run, 3)
+    assert fourth["budget"]["max_tool_calls"] == 1 and fourth["pause_reason"] == "budget"
+    used = run["budget"]["limits"]["max_tool_calls"]
+    assert used == {"limit": 7, "used": 7}
+    child = (await api.get(f"/v1/runs/{fourth['run_id']}")).json()
+    assert child["parent_run_id"] == run_id and child["status"] == "paused"
+    assert child["usage"]["tool_calls"] == 1  # the write, not the read
+    # The child's budget is its parent's to change.
+    refused = await api.post(f"/v1/runs/{fourth['run_id']}/budget", json={"max_tool_calls": 9})
+    assert refused.status_code == 409 and run_id in refused.json()["detail"]
+
+    raised = await api.post(f"/v1/runs/{run_id}/budget", json={"max_tool_calls": 10})
+    assert raised.status_code == 202
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    assert [c["status"] for c in run["children"]] == ["completed"] * 5
+    assert sum(c["usage"]["tool_calls"] for c in run["children"]) == 10
+    assert run["budget"]["limits"]["max_tool_calls"]["used"] == 10
+    items = run["result"]["fan"]["items"]
+    assert [i["run_id"].rsplit(":", 1)[1] for i in items] == ["0", "1", "2", "3", "4"]
+    assert [i["outputs"]["read"]["content"] for i in items] == ["a", "b", "c", "d", "e"]
+    for child_id, letter in zip([i["run_id"] for i in items], "abcde", strict=True):
+        assert (_workspace(settings, child_id) / f"{letter}.txt").read_text() == letter
+    # Both sides replay, and are kept beside the other histories (tests/test_replay.py).
+    await replays_and_is_kept(client, run_id, "for_each_children_budget")
+    await replays_and_is_kept(client, items[3]["run_id"], "child_paused_for_budget")
+
+
+async def test_a_child_runs_approval_is_decided_through_its_parent(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll, settings: Settings
+) -> None:
+    """The child's gated step shows in the parent's status and in the inbox; a decision
+    sent to the parent reaches the child."""
+    child_plan = {
+        "steps": [
+            {
+                "id": "w",
+                "tool": "write_file",
+                "args": {"path": "x.txt", "content": "x"},
+                "requires_approval": True,
+            }
+        ]
+    }
+    run_id = await submit(api, [{"id": "sub", "run": {"goal": "write x", "plan": child_plan}}])
+    run = await wait_run(run_id, lambda r: bool(r["pending_approvals"]))
+    child_id = f"{run_id}:sub"
+    assert run["status"] == "waiting_approval"
+    [pending] = run["pending_approvals"]
+    assert pending["approval_id"] == "apr-w" and pending["run_id"] == child_id
+    inbox = (await api.get("/v1/approvals")).json()["approvals"]
+    mine = [a for a in inbox if a["parent_run_id"] == run_id]
+    assert [(a["run_id"], a["approval_id"]) for a in mine] == [(child_id, "apr-w")]
+
+    decided = await api.post(f"/v1/runs/{run_id}/approvals/apr-w", json={"decision": "approve"})
+    assert decided.status_code == 202, decided.text
+    assert decided.json()["run_id"] == child_id
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    assert run["result"]["sub"]["run_id"] == child_id
+    assert (_workspace(settings, child_id) / "x.txt").read_text() == "x"
+    again = await api.post(f"/v1/runs/{run_id}/approvals/apr-w", json={"decision": "reject"})
+    assert again.status_code in (404, 409)
+
+
+async def test_cancelling_a_parent_with_compensate_undoes_its_childs_write(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll, settings: Settings
+) -> None:
+    """The parent writes, its child writes and then waits for a person; cancelling the
+    parent with compensate cancels the child and undoes both writes, newest first."""
+    child_plan = {
+        "steps": [
+            {"id": "w", "tool": "write_file", "args": {"path": "child.txt", "content": "c"}},
+            {"id": "gate", "approval": {"message": "go on?"}},
+        ]
+    }
+    run_id = await submit(
+        api,
+        [
+            {"id": "mine", "tool": "write_file", "args": {"path": "parent.txt", "content": "p"}},
+            {"id": "sub", "run": {"goal": "write and wait", "plan": child_plan}},
+        ],
+    )
+    child_id = f"{run_id}:sub"
+    await wait_run(run_id, lambda r: bool(r["pending_approvals"]))
+    assert (_workspace(settings, child_id) / "child.txt").exists()
+    assert (_workspace(settings, run_id) / "parent.txt").exists()
+
+    cancelled = await api.post(f"/v1/runs/{run_id}/cancel", json={"compensate": True})
+    assert cancelled.status_code == 202, cancelled.text
+    run = await wait_run(run_id)
+    assert run["status"] == "cancelled"
+    assert run["result"]["compensated"] == ["w", "mine"]
+    child = await wait_run(child_id)
+    assert child["status"] == "cancelled"
+    assert not (_workspace(settings, child_id) / "child.txt").exists()
+    assert not (_workspace(settings, run_id) / "parent.txt").exists()
+    audit = (await api.get(f"/v1/runs/{run_id}/audit")).json()["entries"]
+    assert any(e["action"] == "compensated" and child_id in (e["detail"] or "") for e in audit), (
+        audit
+    )
+    await replays_and_is_kept(client, run_id, "parent_cancelled_compensating_child")
+
+
+async def test_a_for_each_over_a_tool_gathers_outputs_in_order_and_skips_failures(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+) -> None:
+    """Items from an earlier step's output, two at a time; a failed item is skipped with
+    its error when `on_failure` says so."""
+    run_id = await submit(
+        api,
+        [
+            {"id": "list", "tool": "echo", "args": {"value": ["ok.txt", "missing.txt", "ok.txt"]}},
+            {"id": "seed", "tool": "write_file", "args": {"path": "ok.txt", "content": "yes"}},
+            {
+                "id": "each",
+                "depends_on": ["list", "seed"],
+                "for_each": {
+                    "items": "{{steps.list.output.value}}",
+                    "max_parallel": 2,
+                    "tool": "read_file",
+                    "args": {"path": "{{item}}"},
+                },
+                "on_failure": "skip",
+            },
+        ],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    out = run["result"]["each"]
+    assert [i and i["content"] for i in out["items"]] == ["yes", None, "yes"]
+    assert list(out["errors"]) == ["1"] and "missing.txt" in out["errors"]["1"]
+
+
+async def test_child_run_requests_are_checked_where_they_are_wrong(
+    api: httpx.AsyncClient,
+) -> None:
+    """Errors inside a child's plan are located there; `{{item}}` outside a for_each, items
+    that are no list reference, and children nested too deep are refused."""
+
+    async def problems(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        response = await api.post("/v1/runs", json={"goal": "g", "plan": {"steps": steps}})
+        assert response.status_code == 422, response.text
+        found: list[dict[str, Any]] = response.json()["detail"]
+        return found
+
+    bad_child = {"steps": [{"id": "x", "tool": "nope"}]}
+    [error] = await problems([{"id": "c", "run": {"goal": "g", "plan": bad_child}}])
+    assert error["loc"] == ["body", "plan", "steps", 0, "run", "plan", "steps", 0, "tool"]
+    [error] = await problems([{"id": "e", "tool": "echo", "args": {"value": "{{item}}"}}])
+    assert "malformed reference" in error["msg"]
+    [error] = await problems(
+        [
+            {"id": "x", "tool": "echo"},
+            {"id": "f", "for_each": {"items": "a {{steps.x.output}}", "tool": "echo"}},
+        ]
+    )
+    assert error["loc"][-1] == "items"
+    nested: dict[str, Any] = {"goal": "leaf", "plan": {"steps": [{"id": "s", "tool": "echo"}]}}
+    for _ in range(4):
+        nested = {"goal": "g", "plan": {"steps": [{"id": "n", "run": nested}]}}
+    [error] = await problems(nested["plan"]["steps"])
+    assert "3 levels" in error["msg"]
