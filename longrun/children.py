@@ -68,6 +68,7 @@ def child_input(
         "budget": budget,
         "mcp_tools": parent.mcp_tools,
         "parent_run_id": parent.run_id,
+        "depth": parent.depth + 1,
     }
     if spec.plan is not None:
         return RunInput(**common, plan=spec.plan)

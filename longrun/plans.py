@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from longrun import refs
 from longrun.contracts import (
+    DELEGATE,
     LIMITS,
     Budget,
     Criterion,
@@ -492,6 +493,8 @@ def validate_agent(
                 )
         return errors
     for i, name in enumerate(body.tools or []):
+        if name == DELEGATE and (policy is None or policy.allows(name)):
+            continue  # not a tool: the agent's hand-over to a child run
         if name not in tools:
             known = ", ".join(sorted(tools))
             errors.append(

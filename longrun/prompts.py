@@ -51,6 +51,28 @@ FINISH_TOOL = {
 }
 
 
+DELEGATE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "delegate",
+        "description": "Hand a self-contained sub-goal to a new agent, which works on it with "
+        "the same tools and within what is left of the budget; you get its result.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "goal": {"type": "string", "description": "the sub-goal, complete in itself"},
+                "acceptance": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "statements a judge must confirm before it counts as done",
+                },
+            },
+            "required": ["goal"],
+        },
+    },
+}
+
+
 def bullet(items: list[str]) -> str:
     """Items as a bulleted list, or '(none)'."""
     return "\n".join(f"- {item}" for item in items) if items else "(none)"

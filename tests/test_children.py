@@ -11,9 +11,11 @@ import httpx
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from api.app import create_app
 from longrun.settings import Settings
-from tests.helpers import Poll, submit
+from tests.helpers import Poll, StandIn, submit
 from tests.test_replay import replays_and_is_kept
+from worker import serving
 
 
 def _workspace(settings: Settings, run_id: str) -> Path:
@@ -218,3 +220,128 @@ async def test_child_run_requests_are_checked_where_they_are_wrong(
         nested = {"goal": "g", "plan": {"steps": [{"id": "n", "run": nested}]}}
     [error] = await problems(nested["plan"]["steps"])
     assert "3 levels" in error["msg"]
+
+
+async def test_an_agent_delegates_a_sub_goal_to_a_child_run(
+    api: httpx.AsyncClient,
+    worker: Worker,
+    standin: StandIn,
+    wait_run: Poll,
+    settings: Settings,
+) -> None:
+    """The boss's agent hands a sub-goal to a child run with its own acceptance; the child
+    plans, writes and is judged on its own; the boss gets its result back as a tool answer."""
+    standin.scenario(
+        [
+            {
+                "match": "boss:",
+                "role": "plan",
+                "json": {
+                    "steps": [{"id": "hand", "intent": "delegate it", "expected_evidence": "done"}]
+                },
+            },
+            {
+                "match": "boss:",
+                "role": "act",
+                "times": 1,
+                "tool_calls": [
+                    {
+                        "name": "delegate",
+                        "arguments": {
+                            "goal": "worker: write hello.txt",
+                            "acceptance": ["hello.txt holds hello"],
+                        },
+                    }
+                ],
+            },
+            {"match": "boss:", "role": "act", "times": 1, "reply": "the worker did it"},
+            {
+                "match": "worker:",
+                "role": "plan",
+                "json": {
+                    "steps": [{"id": "write", "intent": "write", "expected_evidence": "a file"}]
+                },
+            },
+            {
+                "match": "worker:",
+                "role": "act",
+                "times": 1,
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "hello.txt", "content": "hello"}}
+                ],
+            },
+            {"match": "worker:", "role": "act", "times": 1, "reply": "written"},
+        ]
+    )
+    response = await api.post(
+        "/v1/runs",
+        json={"goal": "boss: get hello.txt written", "tools": ["delegate", "write_file"]},
+    )
+    assert response.status_code == 202, response.text
+    run_id = response.json()["run_id"]
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    [handed] = [s for s in run["steps"] if s["kind"] == "run"]
+    assert handed["status"] == "completed"
+    child_id = handed["output"]["run_id"]
+    assert child_id == f"{run_id}:{handed['id']}"
+    child = (await api.get(f"/v1/runs/{child_id}")).json()
+    assert child["status"] == "completed" and child["parent_run_id"] == run_id
+    assert [c["id"] for c in child["acceptance"]] == ["c1"]
+    assert (settings.workspaces_dir / child_id / "workspace" / "hello.txt").read_text() == "hello"
+    # The boss was offered delegate; so was the worker (one level down of three).
+    boss_acts = standin.calls("boss:", role="act")
+    assert "delegate" in boss_acts[0]["tools"]
+    assert "delegate" in standin.calls("worker:", role="act")[0]["tools"]
+    assert run["children"][0]["usage"]["tool_calls"] == 1
+    assert run["budget"]["limits"]["max_tool_calls"]["used"] >= 1
+
+
+async def test_a_failed_child_is_undone_with_its_parent(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll, settings: Settings
+) -> None:
+    """A child fails after writing; the parent's `on_failure: compensate` undoes the child's
+    write (in the child's workspace) and its own, newest first."""
+    child_plan = {
+        "steps": [
+            {"id": "w", "tool": "write_file", "args": {"path": "child.txt", "content": "c"}},
+            {"id": "r", "tool": "read_file", "args": {"path": "missing.txt"}},
+        ]
+    }
+    run_id = await submit(
+        api,
+        [
+            {"id": "mine", "tool": "write_file", "args": {"path": "parent.txt", "content": "p"}},
+            {"id": "sub", "run": {"goal": "write, then fail", "plan": child_plan}},
+        ],
+        on_failure="compensate",
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "failed" and "missing.txt" in run["error"]
+    assert run["result"]["compensated"] == ["w", "mine"]
+    child_id = f"{run_id}:sub"
+    assert (await api.get(f"/v1/runs/{child_id}")).json()["status"] == "failed"
+    assert not (_workspace(settings, child_id) / "child.txt").exists()
+    assert not (_workspace(settings, run_id) / "parent.txt").exists()
+
+
+async def test_children_are_charged_once_across_continue_as_new(
+    client: Client, settings: Settings, wait_run: Poll
+) -> None:
+    """A parent that continues as new every two steps keeps its ended children, and their
+    charges, in the carry: four children of one call each cost exactly four."""
+    changed = settings.model_copy(update={"continue_as_new_every": 2})
+    transport = httpx.ASGITransport(app=create_app(changed))
+    one_call = {"steps": [{"id": "e", "tool": "echo", "args": {"value": 1}}]}
+    steps = [{"id": f"c{i}", "run": {"goal": f"child {i}", "plan": one_call}} for i in range(4)]
+    async with (
+        serving(client, changed),
+        httpx.AsyncClient(transport=transport, base_url="http://api") as api,
+    ):
+        run_id = await submit(api, steps, budget={"max_tool_calls": 4})
+        run = await wait_run(run_id, http=api)
+        audit = (await api.get(f"/v1/runs/{run_id}/audit")).json()["entries"]
+    assert run["status"] == "completed", run["error"]
+    assert any(e["action"] == "continued as new" for e in audit)
+    assert [c["status"] for c in run["children"]] == ["completed"] * 4
+    assert run["budget"]["limits"]["max_tool_calls"] == {"limit": 4, "used": 4}

@@ -301,3 +301,40 @@ async def test_a_step_naming_a_tool_the_worker_lacks_fails_saying_so(
     assert run["steps"][1]["status"] == "failed"
     assert "no tool 'newer_than_the_workers' on the worker" in run["steps"][1]["error"]
     assert "same version as the API" in run["error"]
+
+
+async def test_worker_killed_mid_fan_out_finishes_each_child_once(
+    api: httpx.AsyncClient,
+    settings: Settings,
+    effects: Effects,
+    wait_run: Poll,
+    tmp_path: Path,
+) -> None:
+    """A for_each of four child runs, two at a time; the worker dies while one child's call
+    is in flight. The new worker finishes every child; each effect applies once, and the
+    parent's budget is charged each call once."""
+    effects.hold_first.add("b")
+    first = start_worker(settings, tmp_path)
+    second: subprocess.Popen[bytes] | None = None
+    post = {**_post(effects, "{{item}}"), "id": "post"}
+    child = {"goal": "post {{item}}", "plan": {"steps": [post]}}
+    fan = {"id": "fan", "for_each": {"items": list("abcd"), "max_parallel": 2, "run": child}}
+    try:
+        run_id = await submit(api, [fan], budget={"max_tool_calls": 4})
+        for _ in range(600):
+            if effects.arrivals.get("b"):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the fan-out never reached item b")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        second = start_worker(settings, tmp_path)
+        run = await wait_run(run_id, timeout_s=120)
+        assert run["status"] == "completed", run
+    finally:
+        stop_processes(first, second)
+    assert {k: v for k, v in effects.arrivals.items()} == {"a": 1, "b": 2, "c": 1, "d": 1}
+    assert effects.applied["b"] == {f"{run_id}:fan:1:post"}
+    assert [c["status"] for c in run["children"]] == ["completed"] * 4
+    assert run["budget"]["limits"]["max_tool_calls"] == {"limit": 4, "used": 4}

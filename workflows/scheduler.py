@@ -229,7 +229,8 @@ class PlanScheduler:
         if step.run is not None:
             return {"goal": plans.resolve_text(step.run.goal, output_of)}
         if step.for_each is not None:
-            return {"items": plans.resolve(step.for_each.items, output_of)}
+            items = step.for_each.items  # a literal list is taken as it is
+            return {"items": items if isinstance(items, list) else plans.resolve(items, output_of)}
         return {}
 
     async def _call_tool(

@@ -27,6 +27,7 @@ from longrun.contracts.agent import (
     AgentSpec,
     Brief,
     CriterionState,
+    Delegation,
     PlanItem,
 )
 from longrun.contracts.budget import (
@@ -93,6 +94,7 @@ from longrun.contracts.model import (
     Verdict,
 )
 from longrun.contracts.plans import (
+    DELEGATE,
     MAX_ITEMS,
     STEP_KINDS,
     ApprovalSpec,
@@ -133,6 +135,7 @@ from longrun.contracts.tools import (
 )
 
 __all__ = [
+    "DELEGATE",
     "FINAL_RUN_STATUSES",
     "LABEL_KEY_PATTERN",
     "LABEL_VALUE_PATTERN",
@@ -173,6 +176,7 @@ __all__ = [
     "Criterion",
     "CriterionState",
     "Decision",
+    "Delegation",
     "EventPage",
     "EventType",
     "EventsQuery",

@@ -5,9 +5,9 @@ segment, and the brief an actor's prompt is assembled from.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, StringConstraints, model_validator
 
 from longrun.contracts.common import StepId, StepStatusName, _Strict
 from longrun.contracts.plans import Criterion
@@ -107,3 +107,13 @@ class Brief(BaseModel):
     feedback: str | None = None
     recall: str = ""
     token_budget: int = 12_000
+
+
+class Delegation(_Strict):
+    """What an agent asks for with the `delegate` tool: a sub-goal, run as a child run,
+    and what a judge must confirm of it."""
+
+    goal: str = Field(min_length=1, max_length=4000)
+    acceptance: list[Annotated[str, StringConstraints(min_length=1, max_length=2000)]] = Field(
+        default_factory=list, max_length=10
+    )

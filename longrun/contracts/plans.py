@@ -83,6 +83,8 @@ class ForEachSpec(_Strict):
 
 
 MAX_ITEMS = 1000
+# What an agent run names in `tools` to let its agent hand a sub-goal to a child run.
+DELEGATE = "delegate"
 OnTimeout = Literal["reject", "skip", "fail", "remind"]
 APPROVAL_TIMEOUT_MAX_S = 365 * 24 * 3600
 

@@ -257,8 +257,10 @@ class RunInput(BaseModel):
     reuse: Reuse | None = None
     # The MCP tools the run may call (its plan's steps or its agent's tools).
     mcp_tools: list[McpTool] = Field(default_factory=list)
-    # A child run: the run whose step started it, which it reports to.
+    # A child run: the run whose step started it, which it reports to, and how many
+    # levels of child runs it is below the run a person started.
     parent_run_id: str | None = None
+    depth: int = 0
 
 
 class RunResult(BaseModel):

@@ -20,8 +20,19 @@ from workflows.parts import RunParts
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: a method reference, pure prompt text and pydantic models.
     from activities.model import ModelActivities
-    from longrun import context, prompts, secrets
-    from longrun.contracts import ActRequest, ActResult, AgentSpec, PlanItem, ToolCallRequest
+    from longrun import context, plans, prompts, secrets
+    from longrun.contracts import (
+        DELEGATE,
+        ActRequest,
+        ActResult,
+        AgentSpec,
+        Criterion,
+        Delegation,
+        JudgeCheck,
+        PlanItem,
+        RunSpec,
+        ToolCallRequest,
+    )
 
 # Runs started before the journal existed replay without its activities.
 MEMORY_PATCH = "agent-memory"
@@ -51,6 +62,10 @@ class Actor:
         # Only tools this worker has (the API may know newer ones).
         tools = [parts.tools[name] for name in spec.tools if name in parts.tools]
         self._offered = [briefs.tool_schema(t) for t in tools] + [prompts.FINISH_TOOL]
+        # A child run nested as deep as runs go cannot delegate further.
+        self._delegates = DELEGATE in spec.tools and parts.inp.depth < plans.MAX_CHILD_DEPTH
+        if self._delegates:
+            self._offered.append(prompts.DELEGATE_TOOL)
         # A model calls a tool by its function name (briefs.function_name).
         self._names = {briefs.function_name(t.name): t.name for t in tools}
 
@@ -149,6 +164,8 @@ class Actor:
                 f"Refused ({refusal}): the tool is not allowed in this run, so nothing ran. "
                 f"Allowed tools: {allowed}."
             )
+        if name == DELEGATE:
+            return await self._delegate(call, step_id)
         spec = p.tools.get(name)
         if spec is None:  # the API knew the tool; this worker does not
             state = p.steps.add(step_id, "tool")
@@ -206,4 +223,34 @@ class Actor:
         self._state.observe(f"{name} {preview(args)} -> {text[:OBSERVATION_CHARS]}")
         # Big fields are artifact references here; model.act reads them back in, within
         # its own limit, so history keeps only the references.
+        return text if len(text) <= TOOL_RESULT_CHARS else text[:TOOL_RESULT_CHARS] + "…"
+
+    async def _delegate(self, call: ToolCallRequest, step_id: str) -> str:
+        """Run a sub-goal as a child run (its budget carved out of this run's, its tools
+        this run's); the answer is its result, or why it failed."""
+        p = self._parts
+        if not self._delegates:
+            return "Refused: delegated runs cannot nest deeper here; do the work yourself."
+        try:
+            if len(call.arguments) > MAX_ARGUMENT_CHARS:
+                raise ValueError(f"longer than {MAX_ARGUMENT_CHARS} characters")
+            asked = Delegation.model_validate_json(call.arguments or "{}")
+        except ValueError as exc:
+            return f"Invalid arguments for delegate, nothing ran: {str(exc)[:2000]}"
+        criteria = [
+            Criterion(id=f"c{i}", check=JudgeCheck(judge=text))
+            for i, text in enumerate(asked.acceptance, 1)
+        ]
+        spec = RunSpec(goal=asked.goal, acceptance=criteria or None, tools=self._spec.tools)
+        state = p.steps.add(step_id, "run")
+        p.steps.start(state)
+        try:
+            output = await p.children.run(step_id, spec)
+        except StepFailed as exc:
+            p.steps.settle(state, "failed", error=str(exc))
+            self._state.observe(f"delegate {preview(asked.goal)} failed: {exc}")
+            return f"The delegated run failed: {exc}"
+        p.steps.settle(state, "completed", output=output)
+        text = json.dumps(output)
+        self._state.observe(f"delegate {preview(asked.goal)} -> {text[:OBSERVATION_CHARS]}")
         return text if len(text) <= TOOL_RESULT_CHARS else text[:TOOL_RESULT_CHARS] + "…"
