@@ -214,4 +214,6 @@ class RoleModels(_Strict):
     judge: str | None = Field(None, min_length=1, max_length=200)
 
 
-RunSpec.model_rebuild()
+# A child run's plan holds steps that may start child runs: built once every name exists.
+for _model in (RunSpec, ForEachSpec, Step, Plan):
+    _model.model_rebuild()
