@@ -296,6 +296,29 @@ def _check_children(
     return errors
 
 
+def child_run_errors(
+    plan: Plan, limit: int, base: Loc = ("body", "plan", "steps")
+) -> list[PlanError]:
+    """The child runs a plan is sure to start (run steps, and for_each items it lists), its
+    children's plans included, if one plan would start more than `limit` (the server's
+    LONGRUN_MAX_CHILD_RUNS)."""
+    errors: list[PlanError] = []
+    planned = 0
+    for i, step in enumerate(plan.steps):
+        each = step.for_each
+        spec = step.run or (each.run if each is not None else None)
+        if spec is None:
+            continue
+        planned += len(each.items) if each is not None and isinstance(each.items, list) else 1
+        if spec.plan is not None:
+            kind = ("run",) if each is None else ("for_each", "run")
+            errors += child_run_errors(spec.plan, limit, (*base, i, *kind, "plan", "steps"))
+    if planned > limit:
+        msg = f"starts {planned} child runs; this server allows {limit} per run"
+        errors.insert(0, PlanError(loc=base, msg=msg))
+    return errors
+
+
 def _whole_reference(text: str) -> bool:
     matches = list(_TEMPLATE.finditer(text))
     return len(matches) == 1 and matches[0].span() == (0, len(text))

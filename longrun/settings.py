@@ -86,6 +86,8 @@ class Settings(BaseSettings):
         description='USD per million tokens, JSON: {"gpt-4.1-mini": {"input": 0.4, "output": 1.6}}',
     )
     max_steps: int = Field(40, alias="LONGRUN_MAX_STEPS", ge=1, le=10_000)
+    # Child runs one run may start (run steps, for_each items, delegations).
+    max_child_runs: int = Field(100, alias="LONGRUN_MAX_CHILD_RUNS", ge=0, le=10_000)
     policy_file: Path | None = Field(None, alias="LONGRUN_POLICY_FILE")
     # MCP servers whose tools runs may call (longrun/mcp_servers.py; TOML or JSON).
     mcp_servers_file: Path | None = Field(None, alias="LONGRUN_MCP_SERVERS")

@@ -220,6 +220,10 @@ async def test_child_run_requests_are_checked_where_they_are_wrong(
         nested = {"goal": "g", "plan": {"steps": [{"id": "n", "run": nested}]}}
     [error] = await problems(nested["plan"]["steps"])
     assert "3 levels" in error["msg"]
+    # More children than the server allows one run (LONGRUN_MAX_CHILD_RUNS, 100).
+    many = {"items": list(range(101)), "run": {"goal": "g {{item}}"}}
+    [error] = await problems([{"id": "m", "for_each": many}])
+    assert error["loc"] == ["body", "plan", "steps"] and "101 child runs" in error["msg"]
 
 
 async def test_an_agent_delegates_a_sub_goal_to_a_child_run(

@@ -76,6 +76,9 @@ class Children:
         """Start a child run and wait for its end: its run id and outputs; StepFailed if it
         failed or was cancelled."""
         run_id = child_run_id(self._inp.run_id, step_id, item)
+        limit = self._inp.config.max_child_runs
+        if len(self.runs) >= limit:
+            raise StepFailed(f"the run has started {limit} child runs, the most it may")
         budget = self._ledger.carve(spec.budget)
         record = ChildRun(
             run_id=run_id, step_id=step_id, item=item, budget=budget, wants=spec.budget or Limits()

@@ -88,6 +88,7 @@ from longrun.plans import (
     PlanError,
     acceptance_of,
     check_limits,
+    child_run_errors,
     effective_budget,
     normalize_plan,
     validate_agent,
@@ -290,6 +291,8 @@ async def run_input(body: RunRequest, settings: Settings, policy: Policy, hub: M
     if body.budget is not None:
         errors += check_limits(body.budget, settings.budget_ceilings, ("body", "budget"))
     errors += _webhook_problems(body, settings)
+    if body.plan is not None and not errors:
+        errors += child_run_errors(body.plan, settings.max_child_runs)
     if errors:
         raise _invalid(errors)
     model = body.model or settings.model
@@ -303,6 +306,7 @@ async def run_input(body: RunRequest, settings: Settings, policy: Policy, hub: M
         webhooks=list(dict.fromkeys([*settings.webhooks, *(body.webhooks or [])])),
         approval_timeout_s=settings.approval_timeout_s,
         on_timeout=settings.approval_on_timeout,
+        max_child_runs=settings.max_child_runs,
     )
     budget = effective_budget(body.budget, settings.budget_defaults, settings.budget_ceilings)
     common = {

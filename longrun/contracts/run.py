@@ -85,6 +85,8 @@ class RunConfig(BaseModel):
     # Defaults for steps that set no approval deadline of their own.
     approval_timeout_s: float | None = None
     on_timeout: OnTimeout = "remind"
+    # Child runs one run may start (run steps, for_each items, delegations).
+    max_child_runs: int = Field(100, ge=0)
 
 
 class StepState(BaseModel):
