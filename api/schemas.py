@@ -68,7 +68,7 @@ class RunList(BaseModel):
 class DecisionRequest(BaseModel):
     """Body of `POST /v1/runs/{run_id}/approvals/{approval_id}`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     decision: Decision
     comment: str | None = Field(None, max_length=4000)
@@ -77,7 +77,7 @@ class DecisionRequest(BaseModel):
 class CancelRequest(BaseModel):
     """Optional body of cancel: undo completed reversible steps, newest first."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     compensate: bool = False
 
@@ -85,7 +85,7 @@ class CancelRequest(BaseModel):
 class ReasonRequest(BaseModel):
     """Optional body of pause and resume: why, for the audit trail."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     reason: str | None = Field(None, max_length=2000)
 

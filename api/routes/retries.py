@@ -61,7 +61,7 @@ class RetryCreated(RunCreated):
 class ForkRequest(BaseModel):
     """Where a fork goes on from, and what it changes."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     from_step: Annotated[str, StringConstraints(pattern=STEP_ID_PATTERN)] = Field(
         description="run again from this step: it and every step that depends on it"

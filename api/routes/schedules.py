@@ -65,7 +65,7 @@ NOTE_CHARS = 200
 class ScheduleNote(BaseModel):
     """Optional body of pause and resume: why, kept as the schedule's note."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     reason: str | None = Field(None, max_length=NOTE_CHARS)
 
@@ -73,7 +73,7 @@ class ScheduleNote(BaseModel):
 class ScheduleRequest(BaseModel):
     """A run to start on a cron expression or every so many seconds."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     run: RunRequest = Field(description="the run each firing starts, as POST /v1/runs takes it")
     cron: str | None = Field(
