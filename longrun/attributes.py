@@ -15,6 +15,8 @@ STEPS_DONE_ATTRIBUTE = SearchAttributeKey.for_int("LongrunStepsDone")
 STEPS_TOTAL_ATTRIBUTE = SearchAttributeKey.for_int("LongrunStepsTotal")
 COST_ATTRIBUTE = SearchAttributeKey.for_float("LongrunCostUsd")
 PENDING_ATTRIBUTE = SearchAttributeKey.for_int("LongrunPendingApprovals")
+# Set at the start of a retry or fork: the run it starts again, whose audit then names it.
+RETRY_OF_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunRetryOf")
 
 _KEYS: list[SearchAttributeKey[Any]] = [
     STATUS_ATTRIBUTE,
@@ -24,6 +26,7 @@ _KEYS: list[SearchAttributeKey[Any]] = [
     STEPS_TOTAL_ATTRIBUTE,
     COST_ATTRIBUTE,
     PENDING_ATTRIBUTE,
+    RETRY_OF_ATTRIBUTE,
 ]
 # As the `temporal` CLI names each type.
 _CLI_NAMES = {"KEYWORD": "Keyword", "KEYWORD_LIST": "KeywordList", "INT": "Int", "DOUBLE": "Double"}
@@ -43,15 +46,17 @@ def search_attribute_flags() -> list[str]:
     return flags
 
 
-def start_attributes(labels: dict[str, str]) -> TypedSearchAttributes:
-    """What a run is found by from its start: its status (running) and its labels."""
+def start_attributes(labels: dict[str, str], retry_of: str | None = None) -> TypedSearchAttributes:
+    """What a run is found by from its start: its status (running), its labels and, for a
+    retry or fork, the run it starts again."""
     listed = [f"{k}:{v}" for k, v in sorted(labels.items())]
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(STATUS_ATTRIBUTE, "running"),
-            SearchAttributePair(LABELS_ATTRIBUTE, listed),
-        ]
-    )
+    pairs: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(STATUS_ATTRIBUTE, "running"),
+        SearchAttributePair(LABELS_ATTRIBUTE, listed),
+    ]
+    if retry_of is not None:
+        pairs.append(SearchAttributePair(RETRY_OF_ATTRIBUTE, retry_of))
+    return TypedSearchAttributes(pairs)
 
 
 def start_memo(goal: str, labels: dict[str, str], owner: str, **more: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request, Response
 from temporalio.worker import Worker
 
 from longrun.dev.stack import ServerThread
+from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, submit
 
 
@@ -95,6 +96,12 @@ async def test_a_retry_runs_only_the_steps_from_the_one_that_failed(
 
     trail = (await api.get(f"/v1/runs/{body['run_id']}/audit")).json()["entries"]
     assert any(e["action"] == "retry" and failed_id in (e["detail"] or "") for e in trail)
+    # ...and the failed run's own audit names its retry.
+    old_trail = (await api.get(f"/v1/runs/{failed_id}/audit")).json()["entries"]
+    assert (old_trail[-1]["action"], old_trail[-1]["detail"]) == (
+        "retried",
+        f"as {body['run_id']}",
+    )
 
 
 async def test_only_failed_or_cancelled_plan_runs_are_retried(
@@ -153,7 +160,7 @@ async def test_a_fork_runs_again_from_a_step_with_later_steps_changed(
         ({"from_step": "c", "plan_patch": [{"id": "a", "tool": "echo"}]}, "taken over"),
         ({"from_step": "c", "plan_patch": [{"id": "d", "tool": "nope"}]}, "nope"),
         ({"from_step": "c", "plan_patch": [{"id": "d", "tool": "echo"}] * 2}, "twice"),
-        ({"from_step": "c", "compensate": True}, "compensate"),
+        ({"from_step": "c", "compensate": 1}, "compensate"),
         ({}, "from_step"),
     ]
     for refused_body, said in refusals:
@@ -161,3 +168,42 @@ async def test_a_fork_runs_again_from_a_step_with_later_steps_changed(
         assert refused.status_code == 422, (refused_body, refused.text)
         assert said in refused.text, refused.text
     assert target.counts == Counter({"a": 1, "side": 1, "c": 2})  # nothing more ran
+
+
+async def test_a_fork_compensates_first_and_both_audits_name_it(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll, settings: Settings
+) -> None:
+    """With `compensate`, the fork first undoes the writes the forked run made in the steps
+    that run again (in that run's workspace), then runs them as patched; the forked run's
+    audit names the fork, the fork's names what it undid."""
+    steps = [
+        {"id": "a", "tool": "write_file", "args": {"path": "a.txt", "content": "one"}},
+        {
+            "id": "b",
+            "tool": "write_file",
+            "args": {"path": "{{steps.a.output.path}}.b", "content": "two"},
+        },
+    ]
+    original = await submit(api, steps)
+    assert (await wait_run(original))["status"] == "completed"
+    old = settings.workspaces_dir / original / "workspace"
+    assert (old / "a.txt.b").read_text() == "two"
+
+    patch = [{"id": "b", "tool": "write_file", "args": {"path": "b.txt", "content": "three"}}]
+    forked = await api.post(
+        f"/v1/runs/{original}/fork",
+        json={"from_step": "b", "plan_patch": patch, "compensate": True},
+    )
+    assert forked.status_code == 202, forked.text
+    new_id = forked.json()["run_id"]
+    run = await wait_run(new_id)
+    assert run["status"] == "completed", run["error"]
+    assert not (old / "a.txt.b").exists() and (old / "a.txt").read_text() == "one"
+    new = settings.workspaces_dir / new_id / "workspace"
+    assert (new / "b.txt").read_text() == "three"
+
+    audit = (await api.get(f"/v1/runs/{new_id}/audit")).json()["entries"]
+    first = next(e for e in audit if e["action"] == "compensated first")
+    assert first["detail"] == f"in {original}: b"
+    old_audit = (await api.get(f"/v1/runs/{original}/audit")).json()["entries"]
+    assert (old_audit[-1]["action"], old_audit[-1]["detail"]) == ("forked", f"as {new_id}")

@@ -235,6 +235,16 @@ class RunWorkflow:
         p = self._p
         inp = p.inp  # with its run id
         p.refresh()
+        if inp.reuse is not None and inp.reuse.undo and inp.carry is None:
+            # A fork that compensates first: the forked run's calls it runs again, undone.
+            undone = await p.undo.compensate(p.calls, p.ledger, inp.reuse.undo)
+            p.audit.record(
+                inp.owner,
+                "compensated first",
+                f"in {inp.reuse.run_id}: "
+                + (", ".join(undone.compensated) or "nothing")
+                + (f"; not undone: {', '.join(undone.not_undone)}" if undone.not_undone else ""),
+            )
         try:
             if self._agent is not None:
                 p.status.result = await self._in_time(self._agent.run())

@@ -56,10 +56,13 @@ class UndoLog:
             )
         )
 
-    async def compensate(self, calls: Calls, ledger: Ledger) -> Compensation:
-        """Undo completed reversible calls once each, newest first; list what stays done."""
+    async def compensate(
+        self, calls: Calls, ledger: Ledger, log: list[CompletedCall] | None = None
+    ) -> Compensation:
+        """Undo completed reversible calls (this run's, or those of `log`) once each,
+        newest first; list what stays done."""
         outcome = Compensation()
-        for call in reversed(self.calls):
+        for call in reversed(self.calls if log is None else log):
             step_id, tool = call.step_id, call.tool
             if call.undo_known:
                 undo = (call.undo_tool, call.undo_args or {}) if call.undo_tool else None

@@ -35,6 +35,7 @@ from longrun import refs, secrets, wire
 from longrun.contracts import (
     FINAL_RUN_STATUSES,
     STEP_ID_PATTERN,
+    CompletedCall,
     Plan,
     Reuse,
     RunInput,
@@ -42,7 +43,7 @@ from longrun.contracts import (
     StepQuery,
     StepState,
 )
-from longrun.plans import normalize_plan, validate_plan
+from longrun.plans import ReferenceError_, normalize_plan, resolve, validate_plan
 from longrun.settings import Settings
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=answers(401, 403, 503))
@@ -72,6 +73,11 @@ class ForkRequest(BaseModel):
         description="steps that replace the plan's steps of the same id, or are added; only "
         "steps that run again may change",
     )
+    compensate: bool = Field(
+        False,
+        description="first undo, newest first, the reversible calls the forked run made in "
+        "the steps that run again",
+    )
 
 
 @router.post("/{run_id}/retry", status_code=202, responses=answers(404, 409))
@@ -94,6 +100,7 @@ async def _start_again(
     done: dict[str, StepState],
     caller: Principal,
     link: str,
+    undo: list[CompletedCall] | None = None,
 ) -> RetryCreated:
     """Start the new run of `inp`, taking over the `done` steps of `run_id`, for `caller`
     (403 if the steps that run name secrets the caller's key is not granted)."""
@@ -107,7 +114,7 @@ async def _start_again(
             "run_id": new_id,
             "owner": caller.name,
             "carry": None,
-            "reuse": Reuse(run_id=run_id, steps=done),
+            "reuse": Reuse(run_id=run_id, steps=done, undo=undo or []),
         }
     )
     await start_run(client, settings, again, **{link: run_id})
@@ -164,7 +171,32 @@ async def fork_run(
     forked = inp.model_copy(
         update={"plan": normalize_plan(plan, tools, policy), "mcp_tools": mcp_tools}
     )
-    return await _start_again(client, settings, run_id, forked, kept, caller, "fork_of")
+    undo = _calls_to_undo(inp.plan, again, done, run_id) if body.compensate else []
+    return await _start_again(client, settings, run_id, forked, kept, caller, "fork_of", undo)
+
+
+def _calls_to_undo(
+    plan: Plan, again: set[str], done: dict[str, StepState], run_id: str
+) -> list[CompletedCall]:
+    """The tool calls of `run_id` in steps that run again and that it completed, oldest
+    first, as its undo log would hold them (their undo worked out when it runs)."""
+    calls = []
+    for step in plan.steps:
+        state = done.get(step.id)
+        if step.tool is None or step.id not in again or state is None:
+            continue
+        if state.status != "completed" or not isinstance(state.output, dict):
+            continue
+        try:
+            args = resolve(step.args, lambda ref: done[ref].output)
+        except (ReferenceError_, KeyError):  # an input it no longer has: nothing to undo by
+            continue
+        calls.append(
+            CompletedCall(
+                step_id=step.id, tool=step.tool, args=args, output=state.output, run_id=run_id
+            )
+        )
+    return calls
 
 
 async def _plan_run(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable
@@ -56,6 +57,7 @@ from api.schemas import (
 )
 from longrun import secrets, wire
 from longrun.attributes import (
+    RETRY_OF_ATTRIBUTE,
     STATUS_ATTRIBUTE,
     start_attributes,
     start_memo,
@@ -103,6 +105,7 @@ LabelFilter = Annotated[
     str, StringConstraints(pattern=LABEL_KEY_PATTERN[:-1] + ":" + LABEL_VALUE_PATTERN[1:])
 ]
 
+log = logging.getLogger("longrun.api")
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=answers(401, 403, 503))
 
 RUN_ID = re.compile(RUN_ID_PATTERN)
@@ -113,6 +116,7 @@ QUERY_TIMEOUT = timedelta(seconds=20)
 # How long a request to a run (a decision, a pause...) may take to be taken or refused.
 REQUEST_WAIT_S = 20.0
 REQUEST_POLL_S = 0.05
+MAX_RETRIES_LISTED = 100  # of one run, in its audit
 WORKFLOW_TYPE = wire.RUN_WORKFLOW
 
 # Visibility filters for each run status. Final states come from Temporal's own status, so a
@@ -346,8 +350,9 @@ def run_details(inp: RunInput) -> str:
 
 
 def run_search_attributes(inp: RunInput) -> TypedSearchAttributes:
-    """What a run is found by from its start: its status (running) and its labels."""
-    return start_attributes(inp.labels)
+    """What a run is found by from its start: its status (running), its labels, the run
+    it retries or forks."""
+    return start_attributes(inp.labels, inp.reuse.run_id if inp.reuse else None)
 
 
 def run_memo(inp: RunInput, **more: Any) -> dict[str, Any]:
@@ -760,4 +765,26 @@ async def get_audit(
     if trail.archived:  # a long run stored its earlier entries away
         earlier = await run_in_threadpool(archived, settings, run_id, trail.archived, "audit")
         trail.entries = [AuditEntry.model_validate(e) for e in earlier] + trail.entries
+    trail.entries += await _started_again(client, run_id)
     return trail
+
+
+async def _started_again(client: Client, run_id: str) -> list[AuditEntry]:
+    """The retries and forks of a run, as its audit names them: the run is closed by then,
+    so they are found by the attribute each sets at its start, not in its history."""
+    query = f"{RETRY_OF_ATTRIBUTE.name} = '{run_id}'"
+    entries = []
+    try:
+        async for wf in client.list_workflows(query, limit=MAX_RETRIES_LISTED):
+            fork = await wf.memo_value("fork_of", None) is not None
+            entries.append(
+                AuditEntry(
+                    at=wf.start_time,
+                    actor=await wf.memo_value("owner", "local"),
+                    action="forked" if fork else "retried",
+                    detail=f"as {wf.id}",
+                )
+            )
+    except RPCError as exc:  # a namespace without the attribute: the new runs still say it
+        log.warning("retries of %s not listed: %s", run_id, exc)
+    return sorted(entries, key=lambda e: e.at)

@@ -237,10 +237,12 @@ class RunCarry(BaseModel):
 
 class Reuse(BaseModel):
     """What a retry takes over from the run it retries: the steps that run completed (or
-    skipped), which the new run counts as done with their recorded outputs."""
+    skipped), which the new run counts as done with their recorded outputs; and, for a fork
+    that compensates first, that run's calls to undo before anything runs."""
 
     run_id: str
     steps: dict[str, StepState]
+    undo: list[CompletedCall] = Field(default_factory=list)
 
 
 class RunInput(BaseModel):
