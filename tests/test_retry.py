@@ -104,7 +104,7 @@ async def test_a_retry_runs_only_the_steps_from_the_one_that_failed(
     )
 
 
-async def test_only_failed_or_cancelled_plan_runs_are_retried(
+async def test_only_failed_or_cancelled_runs_are_retried(
     api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:
     done = await submit(api, [{"id": "a", "tool": "echo"}])
@@ -114,8 +114,10 @@ async def test_only_failed_or_cancelled_plan_runs_are_retried(
     goal = (await api.post("/v1/runs", json={"goal": "retry-test: a goal"})).json()["run_id"]
     assert (await api.post(f"/v1/runs/{goal}/cancel", json={})).status_code == 202
     assert (await wait_run(goal))["status"] == "cancelled"
-    refused = await api.post(f"/v1/runs/{goal}/retry")
-    assert refused.status_code == 409 and "goal-only" in refused.json()["detail"]
+    # A goal-only run cancelled before its agent made a plan: the retry plans again.
+    retried = await api.post(f"/v1/runs/{goal}/retry")
+    assert retried.status_code == 202 and retried.json()["reused"] == []
+    await api.post(f"/v1/runs/{retried.json()['run_id']}/cancel", json={})
     assert (await api.post(f"/v1/runs/run-{'0' * 32}/retry")).status_code == 404
     assert (await api.post("/v1/runs/nope/retry")).status_code == 404
 
@@ -207,3 +209,67 @@ async def test_a_fork_compensates_first_and_both_audits_name_it(
     assert first["detail"] == f"in {original}: b"
     old_audit = (await api.get(f"/v1/runs/{original}/audit")).json()["entries"]
     assert (old_audit[-1]["action"], old_audit[-1]["detail"]) == ("forked", f"as {new_id}")
+
+
+async def test_a_goal_only_run_is_retried_and_forked_from_its_agents_plan(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    """A goal-only run cancelled at step two of its agent's plan is retried: the agent
+    goes on at step two (step one taken over, not planned or acted again); a fork from step
+    two tells the agent the guidance given."""
+    goal = "agent-retry: do one, then two"
+    plan = {
+        "steps": [
+            {"id": "one", "intent": "do one", "expected_evidence": "one done"},
+            {"id": "two", "intent": "do two", "expected_evidence": "two done"},
+        ]
+    }
+    standin.scenario(
+        [
+            {"match": "agent-retry", "role": "plan", "json": plan},
+            {"match": "agent-retry", "role": "act", "times": 1, "reply": "did one"},
+            {
+                "match": "agent-retry",
+                "role": "act",
+                "times": 1,
+                "tool_calls": [{"name": "shell", "arguments": {"argv": ["true"]}}],
+            },
+        ]
+    )
+    response = await api.post("/v1/runs", json={"goal": goal, "tools": ["shell", "echo"]})
+    assert response.status_code == 202, response.text
+    old = response.json()["run_id"]
+    await wait_run(old, lambda r: bool(r["pending_approvals"]))  # step two's shell call
+    assert (await api.post(f"/v1/runs/{old}/cancel")).status_code == 202
+    assert (await wait_run(old))["status"] == "cancelled"
+    assert len(standin.calls("agent-retry", role="act")) == 2
+
+    standin.scenario([{"match": "agent-retry", "role": "act", "times": 1, "reply": "did two"}])
+    retried = await api.post(f"/v1/runs/{old}/retry")
+    assert retried.status_code == 202, retried.text
+    assert retried.json()["reused"] == ["one"]
+    run = await wait_run(retried.json()["run_id"])
+    assert run["status"] == "completed", run["error"]
+    assert [(i["id"], i["status"], i["summary"]) for i in run["plan"]] == [
+        ("one", "completed", "did one"),
+        ("two", "completed", "did two"),
+    ]
+    assert len(standin.calls("agent-retry", role="plan")) == 1  # not planned again
+    assert len(standin.calls("agent-retry", role="act")) == 3  # step two only
+
+    standin.scenario([{"match": "agent-retry", "role": "act", "times": 1, "reply": "two, again"}])
+    forked = await api.post(
+        f"/v1/runs/{old}/fork", json={"from_step": "two", "guidance": "use echo, not shell"}
+    )
+    assert forked.status_code == 202, forked.text
+    run = await wait_run(forked.json()["run_id"])
+    assert run["status"] == "completed", run["error"]
+    last_act = standin.calls("agent-retry", role="act")[-1]
+    assert "use echo, not shell" in str(last_act["messages"])
+    refused = await api.post(f"/v1/runs/{old}/fork", json={"from_step": "nine"})
+    assert refused.status_code == 422 and "one, two" in refused.text
+    patched = await api.post(
+        f"/v1/runs/{old}/fork",
+        json={"from_step": "two", "plan_patch": [{"id": "x", "tool": "echo"}]},
+    )
+    assert patched.status_code == 422 and "plan runs" in patched.text

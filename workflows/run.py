@@ -84,6 +84,8 @@ class RunWorkflow:
         elif inp.reuse is not None:  # a retry: what the retried run did is done
             self._p.steps.take_over(inp.reuse.steps)
             taken = self._p.steps.done
+            if inp.reuse.agent is not None:
+                taken = inp.reuse.agent.index
             self._p.audit.record(
                 inp.owner,
                 "retry",

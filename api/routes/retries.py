@@ -35,13 +35,19 @@ from longrun import refs, secrets, wire
 from longrun.contracts import (
     FINAL_RUN_STATUSES,
     STEP_ID_PATTERN,
+    AgentCarry,
+    AgentSpec,
     CompletedCall,
+    CriterionState,
     Plan,
+    PlanItem,
     Reuse,
     RunInput,
+    RunState,
     Step,
     StepQuery,
     StepState,
+    ToolCheck,
 )
 from longrun.plans import ReferenceError_, normalize_plan, resolve, validate_plan
 from longrun.settings import Settings
@@ -78,15 +84,26 @@ class ForkRequest(BaseModel):
         description="first undo, newest first, the reversible calls the forked run made in "
         "the steps that run again",
     )
+    guidance: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4000,
+        description="a goal-only run's: what its agent is told at the step it goes on from",
+    )
 
 
 @router.post("/{run_id}/retry", status_code=202, responses=answers(404, 409))
 async def retry_run(
     run_id: str, client: TemporalClient, settings: SettingsDep, caller: Submitter
 ) -> RetryCreated:
-    """Start a new run of a failed or cancelled plan run: the steps it completed count as
-    done with their recorded outputs, and the new run goes on from the first that did not."""
-    handle, desc, inp = await _plan_run(client, run_id, RETRYABLE, "a failed or cancelled run")
+    """Start a new run of a failed or cancelled run: the steps it completed count as done
+    with their recorded outputs, and the new run goes on from the first that did not (a
+    goal-only run's agent from the first step of its plan that did not)."""
+    handle, desc, inp = await _ended_run(client, run_id, RETRYABLE, "a failed or cancelled run")
+    if inp.agent is not None:
+        state = await _final_state(settings, run_id, desc, handle)
+        carry = _agent_carry(state, inp.agent, None, None)
+        return await _start_agent_again(client, settings, run_id, inp, carry, caller, "retry_of")
     assert inp.plan is not None
     done = await _done_steps(settings, run_id, desc, handle, [s.id for s in inp.plan.steps])
     return await _start_again(client, settings, run_id, inp, done, caller, "retry_of")
@@ -102,28 +119,55 @@ async def _start_again(
     link: str,
     undo: list[CompletedCall] | None = None,
 ) -> RetryCreated:
-    """Start the new run of `inp`, taking over the `done` steps of `run_id`, for `caller`
-    (403 if the steps that run name secrets the caller's key is not granted)."""
+    """Start the new run of plan run `inp`, taking over the `done` steps of `run_id`, for
+    `caller` (403 if the steps that run name secrets the caller's key is not granted)."""
     assert inp.plan is not None
     again_steps = [s.args for s in inp.plan.steps if s.id not in done]
     caller.check_granted(secrets.named(again_steps))
     new_id = f"run-{uuid.uuid4().hex}"
     await run_in_threadpool(_copy_artifacts, settings, run_id, new_id, done)
+    reuse = Reuse(run_id=run_id, steps=done, undo=undo or [])
+    return await _launch(client, settings, inp, new_id, reuse, caller, link, list(done))
+
+
+async def _start_agent_again(
+    client: Client,
+    settings: Settings,
+    run_id: str,
+    inp: RunInput,
+    carry: AgentCarry | None,
+    caller: Principal,
+    link: str,
+) -> RetryCreated:
+    """Start the new goal-only run of `inp`, its agent going on as `carry` says."""
+    reuse = Reuse(run_id=run_id, steps={}, agent=carry)
+    taken = [item.id for item in carry.plan[: carry.index]] if carry is not None else []
+    new_id = f"run-{uuid.uuid4().hex}"
+    return await _launch(client, settings, inp, new_id, reuse, caller, link, taken)
+
+
+async def _launch(
+    client: Client,
+    settings: Settings,
+    inp: RunInput,
+    new_id: str,
+    reuse: Reuse,
+    caller: Principal,
+    link: str,
+    reused: list[str],
+) -> RetryCreated:
+    """Start `inp` again as `new_id`, for `caller`, with what it takes over; its memo names
+    the run it starts again under `link` (retry_of, fork_of)."""
     again = inp.model_copy(
-        update={
-            "run_id": new_id,
-            "owner": caller.name,
-            "carry": None,
-            "reuse": Reuse(run_id=run_id, steps=done, undo=undo or []),
-        }
+        update={"run_id": new_id, "owner": caller.name, "carry": None, "reuse": reuse}
     )
-    await start_run(client, settings, again, **{link: run_id})
+    await start_run(client, settings, again, **{link: reuse.run_id})
     return RetryCreated(
         run_id=new_id,
         status="running",
         links=run_links(settings, new_id),
-        retry_of=run_id,
-        reused=list(done),
+        retry_of=reuse.run_id,
+        reused=reused,
     )
 
 
@@ -137,9 +181,20 @@ async def fork_run(
     hub: McpHubDep,
     caller: Submitter,
 ) -> RetryCreated:
-    """Start a new run of an ended plan run from `from_step`: the steps it completed that
-    neither are that step nor depend on it are taken over; the rest run, as patched."""
-    handle, desc, inp = await _plan_run(client, run_id, FINAL_RUN_STATUSES, "an ended run")
+    """Start a new run of an ended run from `from_step`: the steps it completed that
+    neither are that step nor depend on it are taken over; the rest run, as patched. A
+    goal-only run's agent goes on from that step of its plan, with `guidance`."""
+    handle, desc, inp = await _ended_run(client, run_id, FINAL_RUN_STATUSES, "an ended run")
+    if inp.agent is not None:
+        for name in ("plan_patch", "compensate"):
+            if getattr(body, name):
+                raise fail_validation(("body", name), f"'{name}' applies to plan runs")
+        state = await _final_state(settings, run_id, desc, handle)
+        guidance = f"{caller.name}: {body.guidance}" if body.guidance else None
+        carry = _agent_carry(state, inp.agent, body.from_step, guidance)
+        return await _start_agent_again(client, settings, run_id, inp, carry, caller, "fork_of")
+    if body.guidance is not None:
+        raise fail_validation(("body", "guidance"), "'guidance' applies to goal-only runs")
     assert inp.plan is not None
     ids = [s.id for s in inp.plan.steps]
     if body.from_step not in ids:
@@ -199,21 +254,71 @@ def _calls_to_undo(
     return calls
 
 
-async def _plan_run(
+async def _ended_run(
     client: Client, run_id: str, statuses: Collection[str], which: str
 ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription, RunInput]:
     """The run to start again, its description and input: 409 unless its status is one of
-    `statuses` (`which` in words) and for a goal-only run."""
+    `statuses` (`which` in words)."""
     handle, desc = await describe_run(client, run_id)
     status = run_status_of(desc)
     if status not in statuses:
         raise HTTPException(409, f"run '{run_id}' is {status}: only {which}")
-    inp = await _input_of(client, handle)
-    if inp.plan is None:
-        raise HTTPException(
-            409, "a goal-only run plans again from its goal: submit the goal as a new run"
+    return handle, desc, await _input_of(client, handle)
+
+
+async def _final_state(
+    settings: Settings,
+    run_id: str,
+    desc: WorkflowExecutionDescription,
+    handle: WorkflowHandle[Any, Any],
+) -> RunState:
+    """The ended run's status: from its final record, or its query."""
+    recorded = await stored_part(settings, run_id, desc, "status")
+    if recorded is not None:
+        return RunState.model_validate(recorded)
+    state: RunState = await query_run(handle, wire.STATUS, RunState)
+    return state
+
+
+def _agent_carry(
+    state: RunState, spec: AgentSpec, from_step: str | None, guidance: str | None
+) -> AgentCarry | None:
+    """Where a goal-only run's agent goes on: its plan as the ended run left it, the steps
+    before `from_step` (or before the first that did not complete) done, the rest to do
+    afresh, `guidance` at the first of them. None if it never made a plan (it plans again)."""
+    plan = state.plan
+    ids = [item.id for item in plan]
+    if from_step is None:
+        index = next((i for i, item in enumerate(plan) if item.status != "completed"), len(plan))
+    elif from_step in ids:
+        index = ids.index(from_step)
+    else:
+        known = ", ".join(ids) or "none: it made no plan"
+        raise fail_validation(
+            ("body", "from_step"), f"the run's agent plan has no step '{from_step}' ({known})"
         )
-    return handle, desc, inp
+    unfinished = [item.id for item in plan[:index] if item.status != "completed"]
+    if unfinished:
+        raise fail_validation(
+            ("body", "from_step"),
+            f"steps before it did not complete ({', '.join(unfinished)}): go on from the first",
+        )
+    if not plan:
+        return None
+    again = [
+        PlanItem(id=item.id, intent=item.intent, expected_evidence=item.expected_evidence)
+        for item in plan[index:]
+    ]
+    if guidance is not None and again:
+        again[0].guidance.append(guidance)
+    acceptance = [
+        CriterionState(id=c.id, kind="tool" if isinstance(c.check, ToolCheck) else "judge")
+        for c in spec.acceptance
+    ]
+    notes = [f"{item.id}: {item.summary}" for item in plan[:index] if item.summary]
+    return AgentCarry(
+        plan=[*plan[:index], *again], index=index, acceptance=acceptance, progress=notes
+    )
 
 
 async def _input_of(client: Client, handle: WorkflowHandle[Any, Any]) -> RunInput:

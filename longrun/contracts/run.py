@@ -237,12 +237,15 @@ class RunCarry(BaseModel):
 
 class Reuse(BaseModel):
     """What a retry takes over from the run it retries: the steps that run completed (or
-    skipped), which the new run counts as done with their recorded outputs; and, for a fork
-    that compensates first, that run's calls to undo before anything runs."""
+    skipped), which the new run counts as done with their recorded outputs (for a goal-only
+    run, its agent's plan up to the step it goes on from); and, for a fork that compensates
+    first, that run's calls to undo before anything runs."""
 
     run_id: str
     steps: dict[str, StepState]
     undo: list[CompletedCall] = Field(default_factory=list)
+    # A goal-only run's: where its agent goes on, the plan steps before taken over as done.
+    agent: AgentCarry | None = None
 
 
 class RunInput(BaseModel):

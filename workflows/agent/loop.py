@@ -46,7 +46,12 @@ class AgentLoop:
         self.state = AgentState(
             spec, parts.refresh, lambda phase: parts.events.emit("phase", phase=phase)
         )
-        carried = parts.inp.carry.agent if parts.inp.carry is not None else None
+        inp = parts.inp
+        # An earlier segment's state, or (a retry or fork) where the run it starts again
+        # stood, with the steps before the one it goes on from done.
+        carried = inp.carry.agent if inp.carry is not None else None
+        if inp.carry is None and inp.reuse is not None:
+            carried = inp.reuse.agent
         self._resumed = carried is not None
         if carried is not None:
             self.state.restore(carried)
