@@ -9,7 +9,7 @@ header and body.
 
 Runs. Through the REST API (`POST /v1/runs`, each with its own `Idempotency-Key`, so a
 submission retried after an API crash starts no second run), `--concurrency` runs are
-kept in flight for the whole window, drawn (seeded) from three shapes:
+kept in flight for the whole window, drawn (seeded) from four shapes:
 
 - effects: POST to the receiver, a model step, a slow model step (the stand-in takes 2 s),
   `write_file`, a `wait` timer, a POST gated by `requires_approval: true`, and a POST
@@ -19,6 +19,9 @@ kept in flight for the whole window, drawn (seeded) from three shapes:
 - agent: a goal-only run scripted on the stand-in: it plans two steps, writes notes.txt,
   then POSTs to the receiver (an irreversible call, so it waits for approval); a
   `read_file` check is its acceptance criterion.
+- fanout: a `for_each` of three child runs, two at a time, each POSTing, asking its model
+  and waiting for an approval (decided on the child, as the parent lists it), then a POST
+  of the parent's own. A child's POST carries its child run's idempotency key.
 
 Every POST body names the run's tag and the step, which is the logical step the report
 groups arrivals by; every model prompt names them too (`[<tag>:<step>]`, or `[<tag>]` in
@@ -489,6 +492,54 @@ def parallel_run(tag: str, url: str, rng: random.Random) -> Run:
     )
 
 
+FAN_ITEMS = ["a", "b", "c"]
+
+
+def fanout_run(tag: str, url: str) -> Run:
+    """A for_each of three child runs, two at a time (each POSTs, asks its model and waits
+    for an approval decided through the parent), then a POST of the parent's own."""
+    child = [
+        {
+            "id": "post",
+            "tool": "http_request",
+            "args": {"method": "POST", "url": url, "body": {"tag": tag, "step": "post-{{item}}"}},
+            "requires_approval": False,
+        },
+        {
+            "id": "think",
+            "model": {"prompt": f"[{tag}:think-{{{{item}}}}] Say one sentence about patience."},
+        },
+        {"id": "gate", "approval": {"message": "go on with {{item}}?"}},
+    ]
+    spec = {"goal": f"chaos child of {tag}: {{{{item}}}}", "plan": {"steps": child}}
+    fan = {"id": "each", "for_each": {"items": FAN_ITEMS, "max_parallel": 2, "run": spec}}
+    return Run(
+        tag,
+        "fanout",
+        _plan_body(tag, "fanout", [fan, _post_step("post-z", tag, url)]),
+        [*(f"post-{i}" for i in FAN_ITEMS), "post-z"],
+        [f"think-{i}" for i in FAN_ITEMS],
+    )
+
+
+def _done(run: Run) -> set[str]:
+    """The run's logical steps that completed: its own completed steps and, in a fan-out,
+    the POST and model step of each child that completed."""
+    done = {s["id"] for s in run.detail.get("steps", []) if s.get("status") == "completed"}
+    for child in run.detail.get("children", []):
+        if child.get("status") == "completed" and child.get("item") is not None:
+            item = FAN_ITEMS[int(child["item"])]
+            done |= {f"post-{item}", f"think-{item}"}
+    return done
+
+
+def _idempotency_key(run: Run, step: str) -> str:
+    """The key a plan run's POST step sends: a fan-out child's is its child run's."""
+    if run.shape == "fanout" and step != "post-z":
+        return f"{run.run_id}:each:{FAN_ITEMS.index(step.removeprefix('post-'))}:post"
+    return f"{run.run_id}:{step}"
+
+
 def _plan_body(tag: str, shape: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "goal": f"chaos {shape} run {tag}",
@@ -643,7 +694,8 @@ class Chaos:
     def new_run(self, shape: str | None = None, warmup: bool = False) -> Run:
         """A fresh run of a shape (drawn if not given), with its stand-in rules registered."""
         if shape is None:
-            shape = self.rng.choices(["effects", "parallel", "agent"], [0.45, 0.35, 0.2])[0]
+            shapes = ["effects", "parallel", "agent", "fanout"]
+            shape = self.rng.choices(shapes, [0.35, 0.25, 0.2, 0.2])[0]
         tag = f"c{self.rng.getrandbits(40):010x}"
         url = self.receiver.url
         if shape == "agent":
@@ -651,6 +703,8 @@ class Chaos:
             run.body["_rules"] = rules
         elif shape == "parallel":
             run = parallel_run(tag, url, self.rng)
+        elif shape == "fanout":
+            run = fanout_run(tag, url)
         else:
             run = effects_run(tag, url, self.rng)
         run.warmup = warmup
@@ -723,19 +777,21 @@ class Chaos:
             self.ended.set()
             return
         for pending in detail.get("pending_approvals") or []:
+            # A child run's approval is decided on the child (its id is the child's own).
+            asking = str(pending.get("run_id") or run.run_id)
             approval_id = str(pending["approval_id"])
-            if approval_id in run.approved:
+            if f"{asking}/{approval_id}" in run.approved:
                 continue
             try:
                 decided = await self.http.post(
-                    f"{self.stack.api_url}/v1/runs/{run.run_id}/approvals/{approval_id}",
+                    f"{self.stack.api_url}/v1/runs/{asking}/approvals/{approval_id}",
                     json={"decision": "approve", "comment": "chaos approves"},
                 )
             except httpx.HTTPError:
                 run.approve_errors += 1
                 continue
             if decided.status_code in (202, 409):  # 409: an earlier try was taken
-                run.approved.add(approval_id)
+                run.approved.add(f"{asking}/{approval_id}")
             else:
                 run.approve_errors += 1
 
@@ -912,7 +968,8 @@ class Chaos:
 
     async def warm_up(self) -> None:
         """One run of each shape without faults; the agent run's calls are the baseline."""
-        runs = [self.new_run(shape, warmup=True) for shape in ("effects", "parallel", "agent")]
+        shapes = ("effects", "parallel", "agent", "fanout")
+        runs = [self.new_run(shape, warmup=True) for shape in shapes]
         deadline = time.time() + 180
         tasks = [asyncio.ensure_future(self.drive(run)) for run in runs]
         done, pending = await asyncio.wait(tasks, timeout=max(1.0, deadline - time.time()))
@@ -1419,7 +1476,7 @@ def _effects(chaos: Chaos, arrivals: list[Arrival], by_tag: dict[str, Run]) -> d
                 right = (
                     (key or "").startswith(f"{run.run_id}:post-t")
                     if run.shape == "agent"
-                    else key == f"{run.run_id}:{step}"
+                    else key == _idempotency_key(run, step)
                 )
                 if not right:
                     out["wrong_key_list"].append(f"{run.run_id} step {step}: key {key}")
@@ -1429,7 +1486,7 @@ def _effects(chaos: Chaos, arrivals: list[Arrival], by_tag: dict[str, Run]) -> d
     for run in chaos.runs:
         if run.status not in FINAL:
             continue
-        done = {s["id"] for s in run.detail.get("steps", []) if s.get("status") == "completed"}
+        done = _done(run)
         for step in run.posts:
             made = step in done if run.shape != "agent" else run.status == "completed"
             if made:
@@ -1490,7 +1547,7 @@ def _model_calls(chaos: Chaos, by_tag: dict[str, Run]) -> dict[str, Any]:
                             f"{chaos.agent_baseline} needed"
                         )
             continue
-        done = {s["id"] for s in run.detail.get("steps", []) if s.get("status") == "completed"}
+        done = _done(run)
         for step in run.models:
             got = sorted(plan_calls.get((run.tag, step), []), key=lambda c: float(c["at"]))
             ok = [c for c in got if c["outcome"] == "ok"]
