@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         RunInput,
         RunResult,
         RunSpec,
+        RunStatusName,
     )
 
 SUMMARY_CHARS = 200
@@ -110,11 +111,11 @@ class Children:
         self._ended(record, "completed")
         return {"run_id": run_id, "outputs": result.outputs}
 
-    def _ended(self, record: ChildRun, status: str) -> None:
-        """A child that ended without its final report (terminated from outside) is charged
-        what it last reported."""
+    def _ended(self, record: ChildRun, status: RunStatusName) -> None:
+        """Mark a child ended. One that ended without its final report (terminated from
+        outside) is charged what it last reported."""
         if record.status in LIVE_RUN_STATUSES:
-            record.status = status  # type: ignore[assignment]
+            record.status = status
             record.pending_approvals = []
             self.regrant()
         self._on_change()
@@ -185,7 +186,7 @@ class Children:
         return list(self.runs.values())
 
 
-def _ending(exc: ChildWorkflowError) -> tuple[str, str]:
+def _ending(exc: ChildWorkflowError) -> tuple[RunStatusName, str]:
     """How a child ended, and why, from the error its parent got."""
     cause = exc.cause
     if isinstance(cause, CancelledError):

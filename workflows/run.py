@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         BudgetView,
         CancelNote,
         ChildReport,
+        CompletedCall,
         ControlRequest,
         EventPage,
         EventsQuery,
@@ -237,17 +238,9 @@ class RunWorkflow:
         p = self._p
         inp = p.inp  # with its run id
         p.refresh()
-        if inp.reuse is not None and inp.reuse.undo and inp.carry is None:
-            # A fork that compensates first: the forked run's calls it runs again, undone.
-            undone = await p.undo.compensate(p.calls, p.ledger, inp.reuse.undo)
-            p.audit.record(
-                inp.owner,
-                "compensated first",
-                f"in {inp.reuse.run_id}: "
-                + (", ".join(undone.compensated) or "nothing")
-                + (f"; not undone: {', '.join(undone.not_undone)}" if undone.not_undone else ""),
-            )
         try:
+            if inp.reuse is not None and inp.reuse.undo and inp.carry is None:
+                await self._compensate_first(inp.reuse.run_id, inp.reuse.undo)
             if self._agent is not None:
                 p.status.result = await self._in_time(self._agent.run())
             elif inp.plan is not None:
@@ -268,6 +261,16 @@ class RunWorkflow:
         await p.children.settle()
         await p.reporting.final(p.undo.calls)
         return RunResult(outputs=p.status.result or {})
+
+    async def _compensate_first(self, run_id: str, calls: list[CompletedCall]) -> None:
+        """A fork that compensates first: undo the calls of the forked run's steps that run
+        again, newest first, before anything else."""
+        p = self._p
+        undone = await p.undo.compensate(p.calls, p.ledger, calls)
+        detail = f"in {run_id}: " + (", ".join(undone.compensated) or "nothing")
+        if undone.not_undone:
+            detail += f"; not undone: {', '.join(undone.not_undone)}"
+        p.audit.record(p.inp.owner, "compensated first", detail)
 
     async def _in_time(self, work: Coroutine[Any, Any, T]) -> T:
         """Do the run's work; a time budget that fails the run ends it when time is up,
