@@ -18,9 +18,10 @@ from contextlib import AsyncExitStack
 from typing import Any, cast
 
 import mcp.types as mcp_types
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import RequestParamsMeta
 from pydantic import SecretStr
@@ -63,6 +64,11 @@ class McpUnavailable(Exception):
     """A server could not be reached or listed; the message says which and why."""
 
 
+class McpSecretMissing(McpUnavailable):
+    """A server's env or headers name a secret this process does not hold: no attempt
+    will do better until it is configured."""
+
+
 class _Link:
     """The connection to one server, held open by a task of its own (the SDK's transports
     must be entered and left in one task)."""
@@ -86,7 +92,7 @@ class _Link:
             return value
         found = self._secrets.get(value.secret)
         if found is None:
-            raise McpUnavailable(
+            raise McpSecretMissing(
                 f"MCP server '{self.name}' names the secret '{value.secret}', "
                 "which LONGRUN_SECRETS does not hold"
             )
@@ -128,14 +134,44 @@ class _Link:
                     cache=None,
                 )
                 ready.set_result(await stack.enter_async_context(client))
-                await stop.wait()
+                await self._follow_changes(client, stop)
         except Exception as exc:
             if not ready.done():
                 ready.set_exception(
-                    McpUnavailable(f"MCP server '{self.name}' could not be reached: {exc}")
+                    exc
+                    if isinstance(exc, McpSecretMissing)
+                    else McpUnavailable(f"MCP server '{self.name}' could not be reached: {exc}")
                 )
             else:
                 log.info("MCP server %r: connection closed: %s", self.name, exc)
+        finally:
+            if ready.done() and not ready.cancelled() and ready.exception() is None:
+                self.broken(ready.result())  # a connection that ended is opened again
+
+    async def _follow_changes(self, client: Client, stop: asyncio.Event) -> None:
+        """Until `stop`: forget the cached tool list whenever the server says it changed.
+        Servers of protocol 2026-07-28 and later say so on a `subscriptions/listen` stream;
+        older ones send `notifications/tools/list_changed` (`_on_message`)."""
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                events = aiter(changes)
+                while True:
+                    event = asyncio.ensure_future(anext(events))
+                    await asyncio.wait({stopping, event}, return_when=asyncio.FIRST_COMPLETED)
+                    if stopping.done():
+                        event.cancel()
+                        return
+                    event.result()  # StopAsyncIteration: the server closed the stream
+                    log.info("MCP server %r: its tools changed; listing them again", self.name)
+                    self._tools = None
+        except ListenNotSupportedError:
+            pass
+        except (StopAsyncIteration, SubscriptionLost, MCPError, OSError) as exc:
+            # The connection stays for calls; only news of changes is lost.
+            log.info("MCP server %r: no longer told of tool changes: %s", self.name, exc)
+            self._tools = None  # what changed meanwhile is not known: list again
+        await stopping
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
@@ -243,6 +279,8 @@ class McpHub:
             raise fatal(f"no MCP server on this worker serves '{name}' (LONGRUN_MCP_SERVERS)")
         try:
             client = await link.client()
+        except McpSecretMissing as exc:
+            raise fatal(str(exc), type="SecretMissing") from None
         except McpUnavailable as exc:
             raise transient(str(exc)) from None
         secrets = link.revealed()

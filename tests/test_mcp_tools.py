@@ -5,6 +5,7 @@ and started again when they die."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -22,10 +23,13 @@ from pydantic import SecretStr
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.mcp import McpHub
 from longrun.dev.stack import free_port
+from longrun.mcp_servers import load_mcp_servers
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, submit
 from tests.test_replay import replays_and_is_kept
+from worker import serving
 
 BIN = Path(sys.executable).parent
 MCP_PROXY = BIN.parent / "mcp-proxy" / "bin" / "mcp-proxy"  # Makefile: `make unit`
@@ -114,17 +118,19 @@ def settings(
 
 
 def _children_named(name: str) -> list[int]:
-    """Processes started by this one whose command line names `name`."""
+    """Processes started by this one that run `name` (its first arguments: the script, or
+    the interpreter and the script; not a process that names it further on, as mcp-proxy
+    does the server it serves)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == os.getpid() and name in cmdline:
+        if ppid == os.getpid() and any(name in arg for arg in argv[:2]):
             found.append(int(proc.name))
     return found
 
@@ -284,3 +290,54 @@ async def test_an_agent_calls_mcp_tools_by_their_function_names(
     called = [s for s in run["steps"] if s["kind"] == "tool"]
     assert called[0]["status"] == "completed"
     assert called[0]["output"]["structured"]["timezone"] == "UTC"
+
+
+async def test_a_servers_new_tools_are_listed_after_it_says_they_changed(
+    tmp_path: Path,
+) -> None:
+    """The hub keeps a server's tool list until the server sends list_changed: then the
+    next listing asks again and finds the tool it added."""
+    server = Path(__file__).parent / "servers" / "growing_mcp.py"
+    config = {"servers": {"grow": {"transport": "stdio", "command": [sys.executable, str(server)]}}}
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps(config))
+    hub = McpHub(load_mcp_servers(path), {})
+    try:
+        tools, problems = await hub.tools()
+        assert problems == [] and [t.name for t in tools] == ["mcp.grow.grow"]
+        out = await hub.call("mcp.grow.grow", {"name": "fresh"}, "test:grow")
+        assert out["text"] == "added fresh"
+        for _ in range(100):
+            tools, _ = await hub.tools()
+            if "mcp.grow.fresh" in [t.name for t in tools]:
+                break
+            await asyncio.sleep(0.05)
+        assert sorted(t.name for t in tools) == ["mcp.grow.fresh", "mcp.grow.grow"]
+        assert (await hub.call("mcp.grow.fresh", {}, "test:fresh"))["text"] == "fresh"
+    finally:
+        await hub.aclose()
+
+
+async def test_a_secret_missing_on_the_worker_fails_the_step_at_once(
+    api: httpx.AsyncClient, client: Client, settings: Settings, wait_run: Poll
+) -> None:
+    """The API holds the secret a server's header names (so it lists the tools); a worker
+    without it fails the step on its first attempt, saying which secret is missing."""
+    without = settings.model_copy(update={"secrets": {}})
+    async with serving(client, without):
+        run_id = await submit(
+            api,
+            [
+                {
+                    "id": "now",
+                    "tool": "mcp.clock.get_current_time",
+                    "args": {"timezone": "UTC"},
+                    "requires_approval": False,
+                }
+            ],
+        )
+        run = await wait_run(run_id)
+    assert run["status"] == "failed"
+    [step] = run["steps"]
+    assert step["attempts"] == 1
+    assert "names the secret 'clock_token'" in step["error"]
