@@ -349,3 +349,25 @@ async def test_children_are_charged_once_across_continue_as_new(
     assert any(e["action"] == "continued as new" for e in audit)
     assert [c["status"] for c in run["children"]] == ["completed"] * 4
     assert run["budget"]["limits"]["max_tool_calls"] == {"limit": 4, "used": 4}
+
+
+async def test_a_failed_item_with_compensate_undoes_the_items_before_it(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll, settings: Settings
+) -> None:
+    """A for_each over write_file, one item at a time: the third item's path is refused by
+    the tool, and `on_failure: compensate` fails the run and undoes the two writes."""
+    fan = {
+        "id": "each",
+        "for_each": {
+            "items": ["a.txt", "b.txt", "../out.txt"],
+            "tool": "write_file",
+            "args": {"path": "{{item}}", "content": "x"},
+        },
+        "on_failure": "compensate",
+    }
+    run_id = await submit(api, [fan])
+    run = await wait_run(run_id)
+    assert run["status"] == "failed" and "item 2" in run["error"]
+    assert run["result"]["compensated"] == ["each[1]", "each[0]"]
+    workspace = _workspace(settings, run_id)
+    assert not (workspace / "a.txt").exists() and not (workspace / "b.txt").exists()
