@@ -4,6 +4,7 @@ request gets wrong refused before anything starts."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -371,3 +372,45 @@ async def test_a_failed_item_with_compensate_undoes_the_items_before_it(
     assert run["result"]["compensated"] == ["each[1]", "each[0]"]
     workspace = _workspace(settings, run_id)
     assert not (workspace / "a.txt").exists() and not (workspace / "b.txt").exists()
+
+
+async def test_pausing_a_parent_pauses_its_children_and_resuming_resumes_them(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+) -> None:
+    """A paused parent's child holds before its next call even once its approval is
+    decided; resuming the parent lets it finish."""
+    child_plan = {
+        "steps": [
+            {"id": "gate", "approval": {"message": "go on?"}},
+            {"id": "after", "tool": "echo", "args": {"value": 1}},
+        ]
+    }
+    run_id = await submit(
+        api, [{"id": "sub", "run": {"goal": "wait, then echo", "plan": child_plan}}]
+    )
+    child_id = f"{run_id}:sub"
+    await wait_run(run_id, lambda r: bool(r["pending_approvals"]))
+    paused = await api.post(f"/v1/runs/{run_id}/pause", json={"reason": "lunch"})
+    assert paused.status_code == 202, paused.text
+    for _ in range(200):  # the pause reaches the child (it holds at its next call)
+        audit = (await api.get(f"/v1/runs/{child_id}/audit")).json()["entries"]
+        if any(e["action"] == "pause" and run_id in (e["detail"] or "") for e in audit):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"the child was not paused: {audit}")
+    decided = await api.post(f"/v1/runs/{run_id}/approvals/apr-gate", json={"decision": "approve"})
+    assert decided.status_code == 202, decided.text
+
+    def held_after_gate(run: dict[str, Any]) -> bool:
+        steps = {s["id"]: s["status"] for s in run["steps"]}
+        return steps["gate"] == "completed" and run["status"] == "paused"
+
+    child = await wait_run(child_id, held_after_gate)
+    assert {s["id"]: s["status"] for s in child["steps"]}["after"] == "pending"
+    assert child["pause_reason"] == "requested"
+
+    assert (await api.post(f"/v1/runs/{run_id}/resume", json={})).status_code == 202
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    assert run["result"]["sub"]["outputs"]["after"] == {"value": 1}

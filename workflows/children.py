@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         BudgetChange,
         ChildReport,
         ChildRun,
+        ControlRequest,
         Limits,
         PendingApproval,
         RunInput,
@@ -77,6 +78,7 @@ class Children:
         """Start a child run and wait for its end: its run id and outputs; StepFailed if it
         failed or was cancelled."""
         run_id = child_run_id(self._inp.run_id, step_id, item)
+        await self._ledger.unpaused()  # a paused run starts no child
         limit = self._inp.config.max_child_runs
         if len(self.runs) >= limit:
             raise StepFailed(f"the run has started {limit} child runs, the most it may")
@@ -149,20 +151,28 @@ class Children:
         """Give children held short what this run has left (after its limits change or a
         child ends)."""
         for run_id, limits in self._ledger.regrant():
-            change = BudgetChange(limits=limits, actor=CARVER)
-            self._send(run_id, change)
+            self._send(run_id, wire.SET_BUDGET, BudgetChange(limits=limits, actor=CARVER))
 
-    def _send(self, run_id: str, change: BudgetChange) -> None:
+    def pass_on(self, signal: str, request: ControlRequest) -> None:
+        """Pause or resume the live children as this run was (the request is theirs
+        without its id: each child takes it as it comes)."""
+        reason = f"{request.reason} (through {self._inp.run_id})" if request.reason else None
+        passed = ControlRequest(actor=request.actor, reason=reason or f"through {self._inp.run_id}")
+        for child in self.runs.values():
+            if child.status in LIVE_RUN_STATUSES:
+                self._send(child.run_id, signal, passed)
+
+    def _send(self, run_id: str, signal: str, payload: BudgetChange | ControlRequest) -> None:
         async def send() -> None:
             try:
-                await workflow.get_external_workflow_handle(run_id).signal(wire.SET_BUDGET, change)
-            except FailureError as exc:  # it has ended meanwhile: nothing to give
-                workflow.logger.info("budget of child run %s not changed: %s", run_id, exc)
+                await workflow.get_external_workflow_handle(run_id).signal(signal, payload)
+            except FailureError as exc:  # it has ended meanwhile: nothing to tell
+                workflow.logger.info("child run %s not sent %s: %s", run_id, signal, exc)
 
         self._sends.append(asyncio.create_task(send()))
 
     async def settle(self) -> None:
-        """Wait until every budget change sent to a child is delivered."""
+        """Wait until every signal sent to a child (budget, pause, resume) is delivered."""
         while self._sends:
             sends, self._sends = self._sends, []
             await asyncio.gather(*sends)

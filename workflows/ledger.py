@@ -301,6 +301,10 @@ class Ledger:
             # Wait until something that decided this pause changes, then look again.
             await self._until_changed(self._snapshot())
 
+    async def unpaused(self) -> None:
+        """Wait while a person's pause holds the run."""
+        await workflow.wait_condition(lambda: self.pause_request is None)
+
     async def wait_for_model(self, error: str) -> None:
         """Hold the run after a model stayed unavailable for the whole retry window, until
         a person resumes it; the caller then asks the model again."""

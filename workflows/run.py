@@ -9,7 +9,7 @@ the work through them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any, TypeVar
 
@@ -127,26 +127,29 @@ class RunWorkflow:
 
     @workflow.signal(name=wire.PAUSE)
     def pause(self, request: ControlRequest) -> None:
-        """Stop before the next model or tool call (the call in flight finishes)."""
-        ledger = self._p.ledger
+        """Stop before the next model or tool call (the call in flight finishes); child
+        runs pause too."""
+        take = partial(self._control, wire.PAUSE, self._p.ledger.pause, request)
         if request.request_id is None:  # as runs before request ids did
-            ledger.pause(request)
+            take()
             return
-        self._p.requests.handle(
-            request.request_id, ledger.pause_refusal(), partial(ledger.pause, request)
-        )
+        self._p.requests.handle(request.request_id, self._p.ledger.pause_refusal(), take)
 
     @workflow.signal(name=wire.RESUME)
     def resume(self, request: ControlRequest) -> None:
         """Lift a pause a person asked for, or one for an unavailable model (a budget pause
-        needs a bigger budget)."""
-        ledger = self._p.ledger
+        needs a bigger budget); child runs resume too."""
+        take = partial(self._control, wire.RESUME, self._p.ledger.resume, request)
         if request.request_id is None:
-            ledger.resume(request)
+            take()
             return
-        self._p.requests.handle(
-            request.request_id, ledger.resume_refusal(), partial(ledger.resume, request)
-        )
+        self._p.requests.handle(request.request_id, self._p.ledger.resume_refusal(), take)
+
+    def _control(
+        self, signal: str, apply: Callable[[ControlRequest], None], request: ControlRequest
+    ) -> None:
+        apply(request)
+        self._p.children.pass_on(signal, request)
 
     @workflow.signal(name=wire.SET_BUDGET)
     def set_budget(self, change: BudgetChange) -> None:
