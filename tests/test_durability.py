@@ -63,6 +63,18 @@ def _post(effects: Effects, name: str) -> dict[str, object]:
     }
 
 
+async def _kill_on_arrival(effects: Effects, name: str, worker: subprocess.Popen[bytes]) -> None:
+    """SIGKILL `worker` once the effect `name` has arrived (its call is then in flight)."""
+    for _ in range(600):
+        if effects.arrivals.get(name):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"no run reached the effect '{name}'")
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+
+
 async def test_worker_killed_mid_run_finishes_each_step_once(
     api: httpx.AsyncClient,
     settings: Settings,
@@ -86,15 +98,7 @@ async def test_worker_killed_mid_run_finishes_each_step_once(
                 _post(effects, "c"),
             ],
         )
-        for _ in range(600):
-            if effects.arrivals.get("slow"):
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the run never reached the slow step")
-        first.send_signal(signal.SIGKILL)
-        first.wait()
-
+        await _kill_on_arrival(effects, "slow", first)
         second = start_worker(settings, tmp_path)
         run = await wait_run(run_id, timeout_s=120)
         assert run["status"] == "completed", run
@@ -321,20 +325,13 @@ async def test_worker_killed_mid_fan_out_finishes_each_child_once(
     fan = {"id": "fan", "for_each": {"items": list("abcd"), "max_parallel": 2, "run": child}}
     try:
         run_id = await submit(api, [fan], budget={"max_tool_calls": 4})
-        for _ in range(600):
-            if effects.arrivals.get("b"):
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the fan-out never reached item b")
-        first.send_signal(signal.SIGKILL)
-        first.wait()
+        await _kill_on_arrival(effects, "b", first)
         second = start_worker(settings, tmp_path)
         run = await wait_run(run_id, timeout_s=120)
         assert run["status"] == "completed", run
     finally:
         stop_processes(first, second)
-    assert {k: v for k, v in effects.arrivals.items()} == {"a": 1, "b": 2, "c": 1, "d": 1}
+    assert effects.arrivals == {"a": 1, "b": 2, "c": 1, "d": 1}
     assert effects.applied["b"] == {f"{run_id}:fan:1:post"}
     assert [c["status"] for c in run["children"]] == ["completed"] * 4
     assert run["budget"]["limits"]["max_tool_calls"] == {"limit": 4, "used": 4}
