@@ -12,6 +12,7 @@ the one settings name.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import hashlib
 import json
@@ -60,6 +61,37 @@ def _digest_of(run_id: str, artifact: str) -> str:
 def _timestamp(moment: datetime) -> float:
     # A naive cutoff is taken as UTC, the zone of every stored time.
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _mentions_ref(value: Any) -> bool:
+    """Whether `value` holds a reference, whole or as a marker in text (what `expand`
+    replaces)."""
+    if isinstance(value, str):
+        return "⟦artifact:" in value
+    if isinstance(value, dict):
+        return is_ref(value) or any(_mentions_ref(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_mentions_ref(v) for v in value)
+    return False
+
+
+def _too_big(value: Any, threshold: int) -> bool:
+    """Whether `offload` would store any of `value`: a string over `threshold` bytes, or
+    the whole over OUTPUT_MAX_BYTES."""
+    if _long_string(value, threshold):
+        return True
+    structured = isinstance(value, dict | list) and not is_ref(value)
+    return structured and len(json.dumps(value, ensure_ascii=False).encode()) > OUTPUT_MAX_BYTES
+
+
+def _long_string(value: Any, threshold: int) -> bool:
+    if isinstance(value, str):  # a character is at most four bytes
+        return len(value) * 4 > threshold and len(value.encode()) > threshold
+    if isinstance(value, dict) and not is_ref(value):
+        return any(_long_string(v, threshold) for v in value.values())
+    if isinstance(value, list):
+        return any(_long_string(v, threshold) for v in value)
+    return False
 
 
 class ArtifactStore(ABC):
@@ -118,6 +150,19 @@ class ArtifactStore(ABC):
         text = json.dumps(value, ensure_ascii=False, sort_keys=True)
         ref = self.reference(run_id, text)
         return refs.json_ref(ref["artifact"], ref["bytes"], ref["preview"])
+
+    async def expanded(self, run_id: str, value: Any) -> Any:
+        """`expand`, in a thread only if `value` holds a reference (most calls' arguments
+        hold none, and a thread hop per call is a cost of every step)."""
+        if not _mentions_ref(value):
+            return value
+        return await asyncio.to_thread(self.expand, run_id, value)
+
+    async def offloaded(self, run_id: str, value: Any, threshold: int) -> Any:
+        """`offload`, in a thread only if `value` has something to store."""
+        if not _too_big(value, threshold):
+            return value
+        return await asyncio.to_thread(self.offload, run_id, value, threshold)
 
     def offload(self, run_id: str, value: Any, threshold: int) -> Any:
         """`value` with every string longer than `threshold` bytes stored and referenced,

@@ -321,10 +321,10 @@ def build_mcp_activity(hub: McpHub, settings: Settings) -> Callable[..., Any]:
             raise fatal(f"no activity '{name}' on this worker")
         call = activity.payload_converter().from_payload(args[0].payload, ToolCall)
         with reported_with_attempt() as attempt:
-            raw = await asyncio.to_thread(store.expand, call.run_id, call.args)
+            raw = await store.expanded(call.run_id, call.args)
             async with heartbeating():
                 output = await hub.call(name.removeprefix("tool."), raw, call.idempotency_key)
-            output = await asyncio.to_thread(store.offload, call.run_id, output, threshold)
+            output = await store.offloaded(call.run_id, output, threshold)
         return ToolResult(output=output, attempt=attempt)
 
     return call_mcp_tool

@@ -7,7 +7,6 @@ works, so cancellation reaches it and a dead worker is noticed within the heartb
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -197,7 +196,7 @@ def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
         async def run_tool(call: ToolCall) -> ToolResult:
             with reported_with_attempt() as attempt:
                 # References to big outputs of earlier steps become their content again.
-                raw = await asyncio.to_thread(store.expand, call.run_id, call.args)
+                raw = await store.expanded(call.run_id, call.args)
                 args = spec.args_model.model_validate(raw)
                 ctx = ToolContext(
                     run_id=call.run_id,
@@ -209,7 +208,7 @@ def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
                 async with heartbeating():
                     output = await call_redacted(spec, args, ctx)
                 # Big outputs go to the artifact store; history keeps a reference.
-                output = await asyncio.to_thread(store.offload, call.run_id, output, threshold)
+                output = await store.offloaded(call.run_id, output, threshold)
             return ToolResult(output=output, attempt=attempt)
 
         run_tool.__doc__ = spec.description
