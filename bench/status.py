@@ -115,8 +115,11 @@ class Latency:
         return statistics.median(self.ms[name])
 
     def quantile(self, name: str, q: int) -> float:
-        """The q-th percentile of one call."""
-        return statistics.quantiles(self.ms[name], n=100, method="inclusive")[q - 1]
+        """The q-th percentile of one call (the one time there is, if there is one)."""
+        times = self.ms[name]
+        if len(times) < 2:
+            return times[0]
+        return statistics.quantiles(times, n=100, method="inclusive")[q - 1]
 
 
 async def _ms(call: Call) -> float:
