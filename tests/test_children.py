@@ -102,15 +102,18 @@ async def test_a_child_runs_approval_is_decided_through_its_parent(
             }
         ]
     }
-    run_id = await submit(api, [{"id": "sub", "run": {"goal": "write x", "plan": child_plan}}])
+    # A label of its own, which its child carries too: the inbox lists only these two.
+    labels = {"test": "child-approval"}
+    steps = [{"id": "sub", "run": {"goal": "write x", "plan": child_plan}}]
+    run_id = await submit(api, steps, labels=labels)
     run = await wait_run(run_id, lambda r: bool(r["pending_approvals"]))
     child_id = f"{run_id}:sub"
     assert run["status"] == "waiting_approval"
     [pending] = run["pending_approvals"]
     assert pending["approval_id"] == "apr-w" and pending["run_id"] == child_id
-    inbox = (await api.get("/v1/approvals")).json()["approvals"]
-    mine = [a for a in inbox if a["parent_run_id"] == run_id]
-    assert [(a["run_id"], a["approval_id"]) for a in mine] == [(child_id, "apr-w")]
+    inbox = (await api.get("/v1/approvals", params={"label": "test:child-approval"})).json()
+    listed = [(a["run_id"], a["parent_run_id"], a["approval_id"]) for a in inbox["approvals"]]
+    assert listed == [(child_id, run_id, "apr-w")]
 
     decided = await api.post(f"/v1/runs/{run_id}/approvals/apr-w", json={"decision": "approve"})
     assert decided.status_code == 202, decided.text
