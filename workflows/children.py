@@ -19,14 +19,14 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureErr
 from temporalio.workflow import ParentClosePolicy
 
 from workflows.audit import AuditLog
-from workflows.common import StepFailed, cut
+from workflows.common import StepFailed, cut, searchable
 from workflows.events import EventLog
 from workflows.ledger import Ledger
 from workflows.undo import UndoLog
 
 with workflow.unsafe.imports_passed_through():
     from longrun import wire
-    from longrun.attributes import STATUS_ATTRIBUTE, start_attributes, start_memo
+    from longrun.attributes import start_attributes, start_memo
     from longrun.children import child_input, child_run_id
     from longrun.contracts import (
         LIVE_RUN_STATUSES,
@@ -91,9 +91,6 @@ class Children:
         self._audit.record("longrun", "child run", f"{run_id} (step {step_id})", event=False)
         self._events.emit("child.started", step_id, run_id=run_id, item=item, goal=spec.goal)
         self._on_change()
-        # A run started without search attributes (the time-skipping test server) starts
-        # its children without them too.
-        published = workflow.info().typed_search_attributes.get(STATUS_ATTRIBUTE) is not None
         try:
             handle = await workflow.start_child_workflow(
                 wire.RUN_WORKFLOW,
@@ -101,7 +98,7 @@ class Children:
                 id=run_id,
                 result_type=RunResult,
                 parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-                search_attributes=start_attributes(inp.labels) if published else None,
+                search_attributes=start_attributes(inp.labels) if searchable() else None,
                 memo=start_memo(inp.goal, inp.labels, inp.owner, parent_run_id=self._inp.run_id),
                 static_summary=cut(spec.goal, SUMMARY_CHARS),
             )

@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
+    from longrun.attributes import STATUS_ATTRIBUTE
     from longrun.contracts import RetrySpec
     from longrun.policy import Policy
 
@@ -38,6 +39,13 @@ class StepFailed(Exception):
     def __init__(self, message: str, *, compensate: bool = False) -> None:
         super().__init__(message)
         self.compensate = compensate
+
+
+def searchable() -> bool:
+    """Whether this run was started with longrun's search attributes (by the API, a
+    schedule or its parent); one started without them (the time-skipping test server
+    cannot register custom attributes) publishes none, and starts its children without."""
+    return workflow.info().typed_search_attributes.get(STATUS_ATTRIBUTE) is not None
 
 
 def retry_policy(spec: RetrySpec | None) -> RetryPolicy:

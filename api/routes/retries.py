@@ -47,7 +47,6 @@ from longrun.contracts import (
     Step,
     StepQuery,
     StepState,
-    ToolCheck,
 )
 from longrun.plans import ReferenceError_, normalize_plan, resolve, validate_plan
 from longrun.settings import Settings
@@ -311,10 +310,7 @@ def _agent_carry(
     ]
     if guidance is not None and again:
         again[0].guidance.append(guidance)
-    acceptance = [
-        CriterionState(id=c.id, kind="tool" if isinstance(c.check, ToolCheck) else "judge")
-        for c in spec.acceptance
-    ]
+    acceptance = [CriterionState.pending(c) for c in spec.acceptance]
     notes = [f"{item.id}: {item.summary}" for item in plan[:index] if item.summary]
     return AgentCarry(
         plan=[*plan[:index], *again], index=index, acceptance=acceptance, progress=notes

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 
 from longrun.contracts.common import StepId, StepStatusName, _Strict
-from longrun.contracts.plans import Criterion
+from longrun.contracts.plans import Criterion, ToolCheck
 
 
 class AgentSpec(BaseModel):
@@ -76,6 +76,14 @@ class CriterionState(BaseModel):
     kind: Literal["tool", "judge"]
     status: Literal["pending", "passed", "failed"] = "pending"
     evidence: str | None = None
+
+    @classmethod
+    def pending(cls, criterion: Criterion) -> CriterionState:
+        """A criterion not checked yet."""
+        kind: Literal["tool", "judge"] = (
+            "tool" if isinstance(criterion.check, ToolCheck) else "judge"
+        )
+        return cls(id=criterion.id, kind=kind)
 
 
 class AgentCarry(BaseModel):

@@ -20,7 +20,6 @@ with workflow.unsafe.imports_passed_through():
         Phase,
         PlanItem,
         RunState,
-        ToolCheck,
     )
 
 CARRIED_SUMMARY_CHARS = 100  # of a step's intent and summary far behind the current one
@@ -40,10 +39,7 @@ class AgentState:
         self._on_phase = on_phase
         self.plan: list[PlanItem] = []
         self.phase: Phase = "planning"
-        self.acceptance = [
-            CriterionState(id=c.id, kind="tool" if isinstance(c.check, ToolCheck) else "judge")
-            for c in spec.acceptance
-        ]
+        self.acceptance = [CriterionState.pending(c) for c in spec.acceptance]
         self.replans = 0
         self.premature_completions = 0
         self.turns = 0
