@@ -63,6 +63,7 @@ class Ledger:
         self._prices = prices
         self.budget = budget
         self.started = started
+        self.ended: datetime | None = None  # set as the run ends: its time stops there
         self.usage = Usage()
         self.pause_request: ControlRequest | None = None
         self.exhausted: list[str] = []
@@ -156,8 +157,8 @@ class Ledger:
         self.usage.tool_calls += 1
 
     def elapsed_s(self) -> float:
-        """Seconds since the run started (across continue-as-new)."""
-        return (self._now() - self.started).total_seconds()
+        """Seconds since the run started (across continue-as-new), until it ended."""
+        return ((self.ended or self._now()) - self.started).total_seconds()
 
     def time_left(self) -> float | None:
         """Seconds until a time budget that fails the run is used up (None: no such
@@ -321,8 +322,10 @@ class Ledger:
         """Why the run holds, if it does."""
         return "model_unavailable" if self.model_down is not None else self._held
 
-    def end_pause(self) -> None:
-        """An ended run is paused no more."""
+    def end(self) -> None:
+        """An ended run is paused no more, and its time used stays as it was at the end
+        (what later reads of it, live or kept, all answer)."""
+        self.ended = self._now()
         self._held = None
         self.model_down = None
 

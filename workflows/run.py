@@ -324,7 +324,7 @@ class RunWorkflow:
         p = self._p
         p.status.status = status
         p.status.error = error
-        p.ledger.end_pause()
+        p.ledger.end()
         p.audit.record("longrun", status, error, event=False)
         p.events.emit("run.ended", status=status, error=error)
         _count_end(status, p.events.figures, p.ledger.usage.cost_usd, p.ledger.elapsed_s())
