@@ -6,11 +6,13 @@ import asyncio
 import dataclasses
 import logging
 
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.failure.v1 import Failure
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
+from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionDescription
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -112,6 +114,24 @@ async def ensure_search_attributes(client: Client) -> None:
             # Another worker replica registered them first.
             if exc.status != RPCStatusCode.ALREADY_EXISTS:
                 raise
+
+
+async def latest_execution(client: Client, workflow_id: str) -> str | None:
+    """The Temporal run id of the workflow's latest execution, None if Temporal does not
+    know it: the `describe` call, without turning its memo, search attributes and the rest
+    into Python (which costs about as much CPU again as the call)."""
+    try:
+        raw = await client.workflow_service.describe_workflow_execution(
+            DescribeWorkflowExecutionRequest(
+                namespace=client.namespace,
+                execution=WorkflowExecution(workflow_id=workflow_id),
+            )
+        )
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return raw.workflow_execution_info.execution.run_id
 
 
 async def described(client: Client, workflow_id: str) -> WorkflowExecutionDescription | None:

@@ -98,7 +98,7 @@ from longrun.plans import (
 )
 from longrun.policy import Policy
 from longrun.settings import Role, Settings
-from longrun.temporal import described
+from longrun.temporal import described, latest_execution
 
 # A label filter: a label key and value as runs carry them, joined by a colon.
 LabelFilter = Annotated[
@@ -487,11 +487,12 @@ async def get_run(
     if not RUN_ID.match(run_id):
         raise HTTPException(404, f"no run '{run_id}'")
     if run_id in ended:
-        _, desc = await describe_run(client, run_id)
-        body = ended.body(run_id, desc.run_id or "")
+        # Still the execution whose answer was kept (a reset starts another)?
+        execution = await latest_execution(client, run_id)
+        body = None if execution is None else ended.body(run_id, execution)
         if body is not None:
             return Response(body, media_type="application/json")
-        ended.forget(run_id)  # another execution of it (a reset): read afresh
+        ended.forget(run_id)  # gone, or another execution of it: read afresh
     # Both at once, so a live run costs one round trip; a closed run refuses the query
     # at once instead of replaying its history.
     described, queried = await asyncio.gather(
