@@ -60,8 +60,8 @@ RESULTS = _HERE / "results.json"
 # Each section's size: (full, quick).
 SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "overhead": (
-        {"steps": 50, "runs": 5, "warmup": 1, "batch_runs": 50},
-        {"steps": 20, "runs": 3, "warmup": 1, "batch_runs": 20},
+        {"steps": 50, "runs": 5, "warmup": 1, "batch_runs": 50, "batch_rounds": 5},
+        {"steps": 20, "runs": 3, "warmup": 1, "batch_runs": 20, "batch_rounds": 3},
     ),
     "api": ({"steps": 500, "reads": 30, "restarts": 3}, {"steps": 200, "reads": 15, "restarts": 2}),
     "memory": ({"runs": 1000, "warmup": 5}, {"runs": 200, "warmup": 5}),
