@@ -322,7 +322,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 1 or args.runs < 1 or args.warmup < 0:
         parser.error("--steps and --runs must be >= 1, --warmup >= 0")
-    measured = measure(args.steps, args.runs, args.warmup, args.batch_runs, 10, args.batch_rounds)
+    measured = measure(
+        args.steps, args.runs, args.warmup, args.batch_runs, batch_rounds=args.batch_rounds
+    )
     report(asyncio.run(measured))
 
 
