@@ -110,9 +110,15 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=answers(401, 403,
 
 RUN_ID = re.compile(RUN_ID_PATTERN)
 IDEMPOTENCY_NAMESPACE = uuid.UUID("6c0f8a3e-4a51-4d0c-9a8e-2f1b7f3d5e11")
-# Longer than a worker's sticky-queue timeout (10 s), so the first query after a worker dies
-# is answered by another worker instead of timing out.
-QUERY_TIMEOUT = timedelta(seconds=20)
+# How long a query may go unanswered before the API says 503: longer than a worker's
+# sticky-queue timeout (10 s), so the first query after a worker dies is answered by another
+# worker instead of timing out.
+QUERY_WAIT_S = 20.0
+# One try of a query. A worker can drop a query it had buffered (when it evicts the run as the
+# run closes, say); the server then holds that query until its timeout, so a query is asked
+# again after this long rather than waited on for all of QUERY_WAIT_S. Long enough for a
+# worker that lost its cache to replay a segment.
+QUERY_TRY_S = 8.0
 # How long a request to a run (a decision, a pause...) may take to be taken or refused.
 REQUEST_WAIT_S = 20.0
 REQUEST_POLL_S = 0.05
@@ -181,20 +187,39 @@ async def query_run(
     reject_condition: QueryRejectCondition | None = None,
 ) -> Any:
     """Ask the run's workflow; 503 when no worker answers in time."""
-    try:
-        return await handle.query(
-            query,
-            *args,
-            result_type=result_type,
-            reject_condition=reject_condition,
-            rpc_timeout=QUERY_TIMEOUT,
-        )
-    except RPCError as exc:
-        if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
-            raise HTTPException(
-                503, "no longrun worker answered the query; is a worker running?"
-            ) from exc
-        raise
+    answered, result = await _query_until(
+        handle, query, result_type, *args, reject_condition=reject_condition, wait_s=QUERY_WAIT_S
+    )
+    if not answered:
+        raise HTTPException(503, "no longrun worker answered the query; is a worker running?")
+    return result
+
+
+async def _query_until(
+    handle: WorkflowHandle[Any, Any],
+    query: str,
+    result_type: type,
+    *args: Any,
+    reject_condition: QueryRejectCondition | None = None,
+    wait_s: float,
+) -> tuple[bool, Any]:
+    """Ask the run's workflow, again each QUERY_TRY_S it goes unanswered, for at most
+    `wait_s`: whether a worker answered, and its answer."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while (left := deadline - loop.time()) > 0:
+        try:
+            return True, await handle.query(
+                query,
+                *args,
+                result_type=result_type,
+                reject_condition=reject_condition,
+                rpc_timeout=timedelta(seconds=min(left, QUERY_TRY_S)),
+            )
+        except RPCError as exc:
+            if exc.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+                raise
+    return False, None
 
 
 async def query_state(handle: WorkflowHandle[Any, Any]) -> RunDetail:
@@ -624,30 +649,21 @@ async def _ask(
         raise
     loop = asyncio.get_running_loop()
     deadline = loop.time() + REQUEST_WAIT_S
-    while True:
-        try:
-            outcome: RequestOutcome | None = await handle.query(
-                wire.OUTCOME,
-                request.request_id,
-                result_type=RequestOutcome,
-                rpc_timeout=QUERY_TIMEOUT,
-            )
-        except RPCError as exc:  # no worker answered (yet): keep waiting until the deadline
-            if exc.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
-                raise
-            outcome = None
-        if outcome is not None:
+    while (left := deadline - loop.time()) > 0:
+        answered, outcome = await _query_until(
+            handle, wire.OUTCOME, RequestOutcome, request.request_id, wait_s=left
+        )
+        if answered and outcome is not None:
             if outcome.taken:
                 return
             code = 404 if outcome.kind == "UnknownApproval" else 409
             raise HTTPException(code, outcome.message or "refused")
-        if loop.time() > deadline:
-            raise HTTPException(
-                503,
-                "the run has the request but no longrun worker took it in time (is a worker "
-                "running?); it is taken or refused when one does: see the run's status",
-            )
         await asyncio.sleep(REQUEST_POLL_S)
+    raise HTTPException(
+        503,
+        "the run has the request but no longrun worker took it in time (is a worker "
+        "running?); it is taken or refused when one does: see the run's status",
+    )
 
 
 @router.post("/{run_id}/cancel", status_code=202, responses=answers(404, 409))
