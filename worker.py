@@ -18,6 +18,7 @@ from activities.artifacts import ArtifactStore, store_for
 from activities.endpoint import model_problem
 from activities.hosting import activities_for
 from longrun.contracts import RUN_ID_PATTERN
+from longrun.heap import freeze_startup_heap
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
 from longrun.temporal import (
@@ -125,6 +126,7 @@ async def run_worker(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    freeze_startup_heap()
     async with serving(client, settings):
         log.info(
             "worker polling task queue %r on %s (namespace %s)",

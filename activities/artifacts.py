@@ -312,26 +312,9 @@ class S3ArtifactStore(ArtifactStore):
         endpoint_url: str | None = None,
         region: str | None = None,
     ) -> None:
-        # Imported here: boto3 is slow to import and deployments on the local store never
-        # need it.
-        import boto3
-        from botocore.config import Config
-
         self.bucket = bucket
         self.prefix = prefix
-        # One client for every thread (boto3 clients are thread-safe; sessions are not).
-        # Checksums only where S3 requires them, because several S3-compatible servers
-        # reject the newer default ones.
-        self.client: S3Client = boto3.session.Session().client(
-            "s3",
-            endpoint_url=endpoint_url,
-            region_name=region,
-            config=Config(
-                request_checksum_calculation="when_required",
-                response_checksum_validation="when_required",
-                retries={"max_attempts": 3, "mode": "standard"},
-            ),
-        )
+        self.client = _s3_client(endpoint_url, region)
 
     def _key(self, run_id: str, digest: str) -> str:
         return f"{self.prefix}{_checked(run_id)}/{digest}"
@@ -411,12 +394,27 @@ class S3ArtifactStore(ArtifactStore):
 
 
 @lru_cache(maxsize=8)
-def _s3_store(
-    bucket: str, prefix: str, endpoint_url: str | None, region: str | None
-) -> S3ArtifactStore:
-    # One client per configuration: making a boto3 client costs milliseconds and memory, and
-    # the API asks for a store on every request.
-    return S3ArtifactStore(bucket, prefix, endpoint_url=endpoint_url, region=region)
+def _s3_client(endpoint_url: str | None, region: str | None) -> S3Client:
+    """One client per endpoint, shared by every store and thread (boto3 clients are
+    thread-safe; sessions are not): making one costs milliseconds and about 35,000 objects,
+    with reference cycles that only a full garbage-collector pass frees."""
+    # Imported here: boto3 is slow to import and deployments on the local store never
+    # need it.
+    import boto3
+    from botocore.config import Config
+
+    # Checksums only where S3 requires them, because several S3-compatible servers reject
+    # the newer default ones.
+    return boto3.session.Session().client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=region,
+        config=Config(
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            retries={"max_attempts": 3, "mode": "standard"},
+        ),
+    )
 
 
 def store_for(settings: Settings) -> ArtifactStore:
@@ -425,10 +423,10 @@ def store_for(settings: Settings) -> ArtifactStore:
         if not settings.s3_bucket:
             raise ValueError("LONGRUN_ARTIFACT_STORE=s3 needs LONGRUN_S3_BUCKET")
         # An empty variable (common in compose files) means unset, not "".
-        return _s3_store(
+        return S3ArtifactStore(
             settings.s3_bucket,
             settings.s3_prefix,
-            settings.s3_endpoint_url or None,
-            settings.s3_region or None,
+            endpoint_url=settings.s3_endpoint_url or None,
+            region=settings.s3_region or None,
         )
     return LocalArtifactStore(settings.artifacts_dir)

@@ -21,10 +21,18 @@ from temporalio.worker import Worker
 from api.app import create_app
 from longrun.dev.stack import ServerThread, TemporalDevServer, free_port
 from longrun.dev.standin import create_app as create_standin
+from longrun.heap import freeze_startup_heap
 from longrun.settings import Settings
 from longrun.temporal import connect, described
 from tests.helpers import Poll, StandIn
 from worker import serving
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what importing the tests made, as the worker does at start-up, so the test
+    process's full garbage-collector passes (which run on whichever thread allocates, the
+    in-process worker's workflow threads too) walk only what tests make."""
+    freeze_startup_heap()
 
 
 @pytest.fixture(scope="session")

@@ -48,7 +48,9 @@ def test_settings_pick_the_backend(settings: Settings, s3_settings: Settings) ->
     s3 = store_for(s3_settings)
     assert isinstance(s3, S3ArtifactStore)
     assert s3.bucket == s3_settings.s3_bucket and s3.prefix == "longrun/"
-    assert store_for(s3_settings) is s3  # one client per configuration
+    assert store_for(s3_settings).client is s3.client  # one client per endpoint
+    elsewhere = s3_settings.model_copy(update={"s3_bucket": "another", "s3_prefix": "x/"})
+    assert store_for(elsewhere).client is s3.client
 
 
 @pytest.mark.parametrize(
