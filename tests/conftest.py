@@ -15,6 +15,7 @@ from typing import Any
 import boto3
 import httpx
 import pytest
+from fastapi.dependencies import models as fastapi_dependencies
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
@@ -40,14 +41,12 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     dependencies it has classified (a cache made for one app per process), and with them,
     through their closures, every app the tests made: about 20,000 objects each, which made
     each full garbage-collector pass of a test process walk close to a million objects."""
-    from fastapi.dependencies import models
-
     for name in (
         "_is_gen_callable_cached",
         "_is_async_gen_callable_cached",
         "_is_coroutine_callable_cached",
     ):
-        cached = getattr(models, name, None)
+        cached = getattr(fastapi_dependencies, name, None)
         if cached is not None:
             cached.cache_clear()
 
