@@ -160,6 +160,13 @@ class Settings(BaseSettings):
     artifact_retention_days: float | None = Field(
         None, alias="LONGRUN_ARTIFACT_RETENTION_DAYS", gt=0
     )
+    # How process tools (shell, python, commands in checks) run: confined by bubblewrap, or
+    # (an operator's explicit choice) unconfined, as the worker's user with its files,
+    # environment and network. See activities/tools/sandbox.py.
+    sandbox: Literal["bwrap", "unconfined"] = Field("bwrap", alias="LONGRUN_SANDBOX")
+    sandbox_memory_mb: int = Field(4096, alias="LONGRUN_SANDBOX_MEMORY_MB", ge=64)
+    sandbox_processes: int = Field(256, alias="LONGRUN_SANDBOX_PROCESSES", ge=4)
+    sandbox_file_mb: int = Field(1024, alias="LONGRUN_SANDBOX_FILE_MB", ge=1)
     max_request_bytes: int = Field(1_048_576, alias="LONGRUN_MAX_REQUEST_BYTES", gt=0)
 
     # Ports used by `longrun dev` for the local stack.

@@ -71,12 +71,42 @@ async def eventually(check: Callable[[], Any], failure: str) -> Any:
     raise AssertionError(failure)
 
 
-async def pid_from(path: Path) -> int:
-    return int(await eventually(lambda: path.exists() and path.read_text().strip(), "no pid"))
+def sleep_for() -> str:
+    """A duration of `sleep` no other process uses: how a test finds the sandboxed process
+    among the host's (its pid inside the sandbox means nothing outside)."""
+    return f"30.{uuid.uuid4().int % 10**9:09d}"
+
+
+def sleeping(duration: str) -> list[int]:
+    """The host pids of `sleep <duration>` processes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmdline == f"sleep\0{duration}\0".encode():
+                found.append(int(entry.name))
+    return found
+
+
+async def pid_of(duration: str) -> int:
+    pids = await eventually(lambda: sleeping(duration), f"no sleep {duration} started")
+    return int(pids[0])
 
 
 async def assert_gone(pid: int) -> None:
     await eventually(lambda: not alive(pid), f"process {pid} outlived the tool call")
+
+
+async def assert_gone_or_kill_all(duration: str) -> None:
+    """Assert no `sleep <duration>` is left, killing any that is."""
+    try:
+        await eventually(lambda: not sleeping(duration), f"sleep {duration} outlived the call")
+    finally:
+        for pid in sleeping(duration):
+            os.kill(pid, 9)
 
 
 async def assert_gone_or_kill(pid: int) -> None:
@@ -203,9 +233,10 @@ async def test_write_onto_a_directory_is_fatal(tools: Tools, workspace: Path, pa
 
 
 async def test_shell_runs_argv_in_the_workspace(tools: Tools, workspace: Path) -> None:
-    out = await tools.run("shell", argv=["pwd"])
+    out = await tools.run("shell", argv=["sh", "-c", "pwd; echo made > made.txt"])
     assert out["exit_code"] == 0 and out["truncated"] is False
-    assert out["stdout"] == f"{workspace.resolve()}\n"
+    assert out["stdout"] == "/workspace\n"  # the sandbox's name for it
+    assert (workspace / "made.txt").read_text() == "made\n"
 
 
 async def test_shell_nonzero_exit(tools: Tools) -> None:
@@ -224,21 +255,26 @@ async def test_shell_output_is_capped_at_64_kib(tools: Tools) -> None:
     assert out["stdout"]["preview"].startswith("xy\n")
 
 
-async def test_shell_timeout_kills_the_command(tools: Tools, workspace: Path) -> None:
-    err = await tools.fail(
-        "shell", argv=["sh", "-c", "echo $$ > pid; exec sleep 30"], timeout_s=0.5
+async def test_shell_timeout_kills_the_command(tools: Tools) -> None:
+    duration = sleep_for()
+    task = asyncio.create_task(
+        tools.fail("shell", argv=["sh", "-c", f"exec sleep {duration}"], timeout_s=1)
     )
+    pid = await pid_of(duration)
+    err = await task
     assert err.non_retryable and err.type == "Timeout"
-    assert err.message == "sh timed out after 0.5s"
-    await assert_gone(await pid_from(workspace / "pid"))
+    assert err.message == "sh timed out after 1s"
+    await assert_gone(pid)
 
 
-async def test_shell_timeout_kills_background_children_too(tools: Tools, workspace: Path) -> None:
+async def test_shell_timeout_kills_background_children_too(tools: Tools) -> None:
     # The leader keeps running and its child holds stdout open until the timeout.
-    argv = ["sh", "-c", "sleep 30 & echo $! > pid; sleep 30"]
-    err = await tools.fail("shell", argv=argv, timeout_s=0.5)
-    assert err.type == "Timeout"
-    await assert_gone_or_kill(await pid_from(workspace / "pid"))
+    duration = sleep_for()
+    argv = ["sh", "-c", f"sleep {duration} & sleep 30"]
+    task = asyncio.create_task(tools.fail("shell", argv=argv, timeout_s=1))
+    pid = await pid_of(duration)
+    assert (await task).type == "Timeout"
+    await assert_gone_or_kill(pid)
 
 
 async def test_shell_ends_when_the_command_exits_and_stops_what_it_left_behind(
@@ -246,10 +282,11 @@ async def test_shell_ends_when_the_command_exits_and_stops_what_it_left_behind(
 ) -> None:
     # The leader exits at once, its background child holding stdout open: the step is
     # done when the command is, with what it printed, and the child does not outlive it.
-    argv = ["sh", "-c", "sleep 30 & echo $! > pid; echo started"]
+    duration = sleep_for()
+    argv = ["sh", "-c", f"sleep {duration} & echo started"]
     out = await tools.run("shell", argv=argv, timeout_s=5)
     assert (out["exit_code"], out["stdout"]) == (0, "started\n")
-    await assert_gone_or_kill(await pid_from(workspace / "pid"))
+    await assert_gone_or_kill_all(duration)
 
 
 async def test_shell_unknown_command(tools: Tools) -> None:
@@ -280,11 +317,12 @@ async def test_python_exception_is_an_error(tools: Tools) -> None:
     assert "ValueError: boom" in err.message
 
 
-async def test_cancel_ends_the_tool_and_its_process(tools: Tools, workspace: Path) -> None:
+async def test_cancel_ends_the_tool_and_its_process(tools: Tools) -> None:
     env = ActivityEnvironment()
-    argv = ["sh", "-c", "echo $$ > pid; exec sleep 30"]
+    duration = sleep_for()
+    argv = ["sh", "-c", f"exec sleep {duration}"]
     task = asyncio.create_task(tools.run("shell", env=env, argv=argv))
-    pid = await pid_from(workspace / "pid")
+    pid = await pid_of(duration)
     assert alive(pid)
     env.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import ssl
-import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -20,6 +19,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from activities.errors import fatal, retry_after_seconds, transient
+from activities.tools import sandbox
 from activities.tools.registry import ToolContext, tool
 from activities.tools.workspace import check_relative, confine
 from longrun.contracts import SideEffect
@@ -238,18 +238,43 @@ async def _run_process(
     stdin: bytes | None = None,
     secret_env: dict[str, SecretRef] | None = None,
 ) -> dict[str, Any]:
+    confinement = sandbox.confinement(ctx.settings)
+    if confinement.mode == "unavailable":
+        raise fatal(
+            f"process tools are refused on this worker: {confinement.detail}",
+            type="SandboxUnavailable",
+        )
     env = {
         **{name: reveal(ctx, ref) for name, ref in (secret_env or {}).items()},
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(ctx.workspace),
+        "PATH": sandbox.PATH if confinement.confined else os.environ.get("PATH", sandbox.PATH),
+        "HOME": sandbox.WORKSPACE if confinement.confined else str(ctx.workspace),
         "LANG": "C.UTF-8",
         "LONGRUN_RUN_ID": ctx.run_id,
         "LONGRUN_STEP_ID": ctx.step_id,
         "LONGRUN_IDEMPOTENCY_KEY": ctx.idempotency_key,
     }
+    limits = sandbox.limits_of(ctx.settings, timeout_s)
+    with sandbox.confined_argv(confinement, argv, ctx.workspace, limits) as command:
+        return await _supervise(
+            argv[0], command, ctx, env, timeout_s=timeout_s, check=check, stdin=stdin
+        )
+
+
+async def _supervise(
+    name: str,
+    command: list[str],
+    ctx: ToolContext,
+    env: dict[str, str],
+    *,
+    timeout_s: float,
+    check: bool,
+    stdin: bytes | None,
+) -> dict[str, Any]:
+    """Run `command` (`name` in messages) to its end, its timeout or the step's
+    cancellation, with its output capped; nothing it started outlives it."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv,
+            *command,
             cwd=ctx.workspace,
             env=env,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
@@ -258,9 +283,9 @@ async def _run_process(
             start_new_session=True,
         )
     except FileNotFoundError:
-        raise fatal(f"command not found: {argv[0]}") from None
+        raise fatal(f"command not found: {name}") from None
     except PermissionError:
-        raise fatal(f"command not executable: {argv[0]}") from None
+        raise fatal(f"command not executable: {name}") from None
 
     async def collect() -> tuple[tuple[str, bool], tuple[str, bool], int]:
         if stdin is not None and proc.stdin is not None:
@@ -293,15 +318,19 @@ async def _run_process(
     try:
         (stdout, out_cut), (stderr, err_cut), code = await asyncio.wait_for(collect(), timeout_s)
     except TimeoutError:
-        raise fatal(f"{argv[0]} timed out after {timeout_s:g}s", type="Timeout") from None
+        raise fatal(f"{name} timed out after {timeout_s:g}s", type="Timeout") from None
     finally:
         # Kill the whole process group, always: children the command left behind (even after
         # it exited) must not outlive the step, its timeout or its cancellation.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
+    if code != 0 and command[0] != name:
+        refusal = sandbox.exec_failure(stderr, name)
+        if refusal is not None:
+            raise fatal(refusal)
     if check and code != 0:
-        raise fatal(f"{argv[0]} exited with {code}: {stderr[-1000:] or stdout[-1000:]}")
+        raise fatal(f"{name} exited with {code}: {stderr[-1000:] or stdout[-1000:]}")
     return {"exit_code": code, "stdout": stdout, "stderr": stderr, "truncated": out_cut or err_cut}
 
 
@@ -338,7 +367,7 @@ class PythonArgs(_Args):
 @tool("python", args=PythonArgs, side_effect=SideEffect.IRREVERSIBLE)
 async def python(args: PythonArgs, ctx: ToolContext) -> dict[str, Any]:
     """Run Python code in a fresh interpreter in the run's workspace."""
-    argv = [sys.executable, "-I", "-c", args.code]
+    argv = [sandbox.interpreter(), "-I", "-c", args.code]
     return await _run_process(argv, ctx, timeout_s=args.timeout_s, check=args.check)
 
 

@@ -1,0 +1,308 @@
+"""Confinement of the processes tools start (`shell`, `python`, commands in checks).
+
+A command chosen by a model that read untrusted text runs inside bubblewrap:
+
+- its own user, PID, IPC, UTS, cgroup and network namespaces: it sees no process of the
+  worker (its own `/proc`), and has no network at all (only loopback, empty);
+- a new root holding system directories read-only, the run's workspace read-write at
+  `/workspace` (its `.longrun/` of backups read-only), an empty `/tmp`: nothing of the
+  worker's data directory, other runs' workspaces, the worker's code or environment;
+- user 65534 inside, no capabilities, no further user namespaces, a new session (no
+  terminal injection), killed with the step;
+- limits on CPU time, address space, file size and open files (rlimits, through
+  `prlimit`), and on processes: RLIMIT_NPROC where the worker is not root (the kernel
+  does not apply it to root), else a `pids` cgroup of its own.
+
+A worker that cannot confine refuses process tools with the reason, unless the operator
+sets `LONGRUN_SANDBOX=unconfined`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from longrun.settings import Settings
+
+WORKSPACE = "/workspace"  # where the run's workspace is, seen from inside
+PATH = "/usr/local/bin:/usr/bin:/bin"
+# System files a command may need; none holds a secret. All of /etc would include
+# /etc/shadow, readable inside when the worker runs as root (the files' owner).
+ETC = (
+    "/etc/alternatives",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/hosts",
+    "/etc/mime.types",
+)
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+CGROUP_GROUP = "longrun-sandbox"
+
+Mode = Literal["bwrap", "unconfined", "unavailable"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sandboxed command may use."""
+
+    cpu_s: int
+    memory_bytes: int
+    processes: int
+    file_bytes: int
+    open_files: int = 1024
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """How this worker runs the processes tools start, and why."""
+
+    mode: Mode
+    detail: str
+    pids_cgroup: Path | None = None
+
+    @property
+    def confined(self) -> bool:
+        """Whether commands run inside the sandbox."""
+        return self.mode == "bwrap"
+
+    def describe(self) -> dict[str, str]:
+        """What `/readyz` and `GET /v1/tools` say about it."""
+        return {"mode": self.mode, "detail": self.detail}
+
+
+def limits_of(settings: Settings, timeout_s: float) -> Limits:
+    """The limits of one command from the worker's settings and the step's timeout."""
+    return Limits(
+        cpu_s=int(timeout_s) + 1,
+        memory_bytes=settings.sandbox_memory_mb * 1024 * 1024,
+        processes=settings.sandbox_processes,
+        file_bytes=settings.sandbox_file_mb * 1024 * 1024,
+    )
+
+
+def interpreter() -> str:
+    """The Python interpreter the `python` tool runs: the base one, not the worker's venv
+    (whose packages and code are the worker's files)."""
+    return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+
+
+def _binds(workspace: Path) -> list[str]:
+    args: list[str] = []
+    for path in SYSTEM:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for path in ETC:
+        args += ["--ro-bind-try", path, path]
+    prefix = Path(interpreter()).parent.parent
+    if not any(prefix.is_relative_to(p) for p in SYSTEM):  # pyenv, a custom build
+        args += ["--ro-bind", str(prefix), str(prefix)]
+    backups = workspace / ".longrun"
+    return [
+        *args,
+        "--bind",
+        str(workspace),
+        WORKSPACE,
+        "--ro-bind-try",
+        str(backups),
+        f"{WORKSPACE}/.longrun",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--remount-ro",
+        "/",
+    ]
+
+
+def bwrap_argv(argv: list[str], workspace: Path) -> list[str]:
+    """`argv` wrapped in bubblewrap, confined to `workspace`."""
+    return [
+        "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--uid",
+        "65534",
+        "--gid",
+        "65534",
+        "--hostname",
+        "sandbox",
+        "--new-session",
+        "--die-with-parent",
+        "--cap-drop",
+        "ALL",
+        *_binds(workspace),
+        "--chdir",
+        WORKSPACE,
+        "--",
+        *argv,
+    ]
+
+
+def _rlimits(limits: Limits, *, root: bool) -> list[str]:
+    args = [
+        "prlimit",
+        f"--cpu={limits.cpu_s}",
+        f"--as={limits.memory_bytes}",
+        f"--fsize={limits.file_bytes}",
+        f"--nofile={limits.open_files}",
+        "--core=0",
+    ]
+    if not root:  # counted per user: the worker's own processes count too
+        args.append(f"--nproc={limits.processes + _processes_of_user()}")
+    return [*args, "--"]
+
+
+def _processes_of_user() -> int:
+    uid = os.getuid()
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                count += entry.stat().st_uid == uid
+    return count
+
+
+def exec_failure(stderr: str, name: str) -> str | None:
+    """What went wrong when bubblewrap could not start the command `name`, or None (the
+    command itself ran and failed)."""
+    if not stderr.startswith("bwrap: execvp "):
+        return None
+    if "No such file or directory" in stderr:
+        return f"command not found: {name}"
+    if "Permission denied" in stderr:
+        return f"command not executable: {name}"
+    return f"the sandbox could not start {name}: {stderr.strip()[:300]}"
+
+
+@contextlib.contextmanager
+def confined_argv(
+    confinement: Confinement, argv: list[str], workspace: Path, limits: Limits
+) -> Iterator[list[str]]:
+    """The command line that runs `argv` as `confinement` says, for the time of the block
+    (a `pids` cgroup, when one is used, is removed after it)."""
+    if not confinement.confined:
+        yield argv
+        return
+    inner = bwrap_argv(argv, workspace)
+    root = os.geteuid() == 0
+    if confinement.pids_cgroup is None:
+        yield [*_rlimits(limits, root=root), *inner]
+        return
+    group = confinement.pids_cgroup / f"call-{uuid.uuid4().hex}"
+    group.mkdir()
+    try:
+        (group / "pids.max").write_text(str(limits.processes))
+        # The shell joins the group before anything it starts exists: no process escapes it.
+        join = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
+        yield ["sh", "-c", join, str(group), *_rlimits(limits, root=root), *inner]
+    finally:
+        _remove_group(group)
+
+
+def _remove_group(group: Path) -> None:
+    """Kill what is left in a call's cgroup (the sandbox dies with its parent; this is in
+    case), then remove it."""
+    for _ in range(200):
+        try:
+            pids = (group / "cgroup.procs").read_text().split()
+        except FileNotFoundError:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), 9)
+        try:
+            group.rmdir()
+            return
+        except OSError:  # its last processes are still being torn down
+            time.sleep(0.01)
+
+
+def _pids_cgroup() -> Path | None:
+    """A `pids` cgroup this worker may create groups under, or None."""
+    for root in CGROUP_ROOTS:
+        base = root / CGROUP_GROUP
+        try:
+            base.mkdir(exist_ok=True)
+            probe = base / f"probe-{os.getpid()}"
+            probe.mkdir(exist_ok=True)
+            ok = (probe / "pids.max").exists()
+            probe.rmdir()
+        except OSError:
+            continue
+        if ok:
+            if root == Path("/sys/fs/cgroup"):  # cgroup v2: its children need the controller
+                with contextlib.suppress(OSError):
+                    (base / "cgroup.subtree_control").write_text("+pids")
+            return base
+    return None
+
+
+@functools.cache
+def _probe(mode: str, path: str) -> Confinement:
+    """How process tools run in `mode` with the commands on `path` (found once)."""
+    if mode == "unconfined":
+        return Confinement(
+            "unconfined",
+            "LONGRUN_SANDBOX=unconfined: process tools run as the worker's user, with its "
+            "files, environment and network",
+        )
+    if shutil.which("bwrap", path=path) is None or shutil.which("prlimit", path=path) is None:
+        return Confinement(
+            "unavailable",
+            "bubblewrap (bwrap) and prlimit are needed to confine process tools: install "
+            "them (Debian: bubblewrap, util-linux), or set LONGRUN_SANDBOX=unconfined",
+        )
+    pids = None
+    if os.geteuid() == 0:
+        pids = _pids_cgroup()
+        if pids is None:
+            return Confinement(
+                "unavailable",
+                "the worker runs as root, where the kernel does not limit processes per "
+                "user, and no pids cgroup is writable: run the worker as another user, or "
+                "set LONGRUN_SANDBOX=unconfined",
+            )
+    with tempfile.TemporaryDirectory() as empty:
+        check = subprocess.run(
+            bwrap_argv(["true"], Path(empty)),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+    if check.returncode != 0:
+        return Confinement(
+            "unavailable",
+            f"bubblewrap cannot start a sandbox here: {check.stderr.strip()[:300]} (user "
+            "namespaces may be off, or a container's seccomp profile forbids them); or set "
+            "LONGRUN_SANDBOX=unconfined",
+        )
+    where = f"processes limited by the cgroup {pids}" if pids else "processes limited per user"
+    return Confinement("bwrap", f"bubblewrap: no network, workspace only; {where}", pids)
+
+
+def confinement(settings: Settings) -> Confinement:
+    """How this process would run process tools (probed once per process)."""
+    return _probe(settings.sandbox, os.environ.get("PATH", os.defpath))

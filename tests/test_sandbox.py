@@ -1,0 +1,200 @@
+"""Process tools run confined: what a command chosen by a hostile model tries, and what
+stops it. Each attempt runs as the real `tool.shell`/`tool.python` activity; the last test
+makes them from a run's step on a worker process of its own, which stays up."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from longrun.settings import Settings
+from tests.helpers import Poll, start_worker, stop_processes, submit
+from tests.test_tools import Tools
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap is installed by `make test`"
+)
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Settings:
+    return Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        LONGRUN_DATA_DIR=tmp_path / "data",
+        LONGRUN_SANDBOX_PROCESSES=32,
+        LONGRUN_SANDBOX_FILE_MB=8,
+        LONGRUN_SANDBOX_MEMORY_MB=512,
+    )
+
+
+@pytest.fixture
+def tools(cfg: Settings) -> Tools:
+    return Tools(cfg, "run-" + uuid.uuid4().hex)
+
+
+@pytest.fixture
+def listening() -> Iterator[int]:
+    """A TCP port on the host's loopback with a server accepting on it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+
+
+def sh(script: str) -> list[str]:
+    return ["sh", "-c", script]
+
+
+async def test_the_workers_environment_cannot_be_read(
+    tools: Tools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LONGRUN_SECRETS", '{"token": "sandbox-canary-value"}')
+    script = f"cat /proc/{os.getpid()}/environ; cat /proc/*/environ; env; ps -ef"
+    out = await tools.run("shell", argv=sh(script), check=False)
+    assert "sandbox-canary-value" not in str(out)
+    assert f"/proc/{os.getpid()}/environ: No such file" in out["stderr"]
+    # The command sees only its own processes.
+    listed = await tools.run("python", code="import os; print(sorted(os.listdir('/proc')))")
+    pids = [p for p in eval(listed["stdout"]) if p.isdigit()]  # noqa: S307 (a list of str)
+    assert len(pids) <= 4, pids
+
+
+async def test_another_runs_workspace_and_the_data_directory_are_not_there(
+    tools: Tools, cfg: Settings
+) -> None:
+    other = cfg.workspaces_dir / "run-other" / "workspace"
+    other.mkdir(parents=True)
+    (other / "report.txt").write_text("another run's work")
+    (cfg.data_dir / "artifacts").mkdir(parents=True)
+    script = f"cat {other}/report.txt; ls {cfg.data_dir}; ls {Path.cwd()}; cat /etc/shadow"
+    out = await tools.run("shell", argv=sh(script), check=False)
+    assert "another run's work" not in out["stdout"] and out["stdout"] == ""
+    assert out["stderr"].count("No such file or directory") == 4, out["stderr"]
+
+
+async def test_nothing_outside_the_workspace_can_be_written(tools: Tools, cfg: Settings) -> None:
+    cfg.data_dir.mkdir(parents=True, exist_ok=True)
+    targets = [cfg.data_dir / "planted", Path("/usr/planted"), Path("/planted")]
+    script = "; ".join(f"echo x > {t}" for t in targets) + "; echo ok > inside.txt"
+    out = await tools.run("shell", argv=sh(script), check=False)
+    assert not [t for t in targets if t.exists()]
+    refused = ("Read-only file system", "Directory nonexistent")
+    assert sum(out["stderr"].count(r) for r in refused) == 3, out["stderr"]
+    workspace = cfg.workspaces_dir / tools.run_id / "workspace"
+    assert (workspace / "inside.txt").read_text() == "ok\n"
+    # Backups of the run's own writes are the run's undo: a command cannot change them.
+    await tools.run("write_file", path="a.txt", content="one")
+    await tools.run("write_file", path="a.txt", content="two")
+    out = await tools.run("shell", argv=sh("echo forged > .longrun/backups/s1.bak"), check=False)
+    assert out["exit_code"] != 0 and "Read-only file system" in out["stderr"]
+
+
+async def test_no_network_not_even_the_hosts_loopback(tools: Tools, listening: int) -> None:
+    code = (
+        "import socket\n"
+        f"for host, port in [('127.0.0.1', {listening}), ('10.1.2.3', 7233)]:\n"
+        "    try:\n"
+        "        socket.create_connection((host, port), timeout=2)\n"
+        "        print('connected', host)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', host, exc.errno)\n"
+    )
+    out = await tools.run("python", code=code)
+    assert "connected" not in out["stdout"], out
+    assert out["stdout"].count("refused") == 2
+
+
+async def test_a_fork_bomb_hits_the_process_limit(tools: Tools) -> None:
+    code = (
+        "import os, time\n"
+        "started = 0\n"
+        "try:\n"
+        "    for _ in range(10_000):\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(30)\n"
+        "            os._exit(0)\n"
+        "        started += 1\n"
+        "except OSError as exc:\n"
+        "    print('refused after', started, exc.strerror)\n"
+    )
+    out = await tools.run("python", code=code, timeout_s=20)
+    assert out["stdout"].startswith("refused after"), out
+    assert int(out["stdout"].split()[2]) < 32
+    # The step is over, its processes with it; the next one runs as usual.
+    assert (await tools.run("shell", argv=["true"]))["exit_code"] == 0
+
+
+async def test_a_huge_file_stops_at_the_file_size_limit(tools: Tools, cfg: Settings) -> None:
+    out = await tools.run("shell", argv=sh("head -c 10G /dev/zero > big"), check=False)
+    assert out["exit_code"] != 0
+    big = cfg.workspaces_dir / tools.run_id / "workspace" / "big"
+    assert big.stat().st_size <= 8 * 1024 * 1024
+
+
+async def test_memory_is_limited(tools: Tools) -> None:
+    out = await tools.run("python", code="x = bytearray(2 * 1024**3)", check=False)
+    assert out["exit_code"] == 1 and "MemoryError" in out["stderr"]
+
+
+async def test_an_endless_loop_ends_at_its_timeout(tools: Tools) -> None:
+    err = await tools.fail("python", code="while True: pass", timeout_s=1)
+    assert err.type == "Timeout" and err.non_retryable
+
+
+async def test_without_bubblewrap_process_tools_are_refused(
+    tools: Tools, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap, no prlimit
+    err = await tools.fail("shell", argv=["true"])
+    assert err.type == "SandboxUnavailable" and err.non_retryable
+    assert "bubblewrap (bwrap) and prlimit are needed" in err.message
+    assert "LONGRUN_SANDBOX=unconfined" in err.message
+
+
+async def test_unconfined_is_an_explicit_choice(cfg: Settings) -> None:
+    loose = Tools(cfg.model_copy(update={"sandbox": "unconfined"}), "run-" + uuid.uuid4().hex)
+    out = await loose.run("shell", argv=["pwd"])
+    assert out["stdout"].strip() == str(cfg.workspaces_dir / loose.run_id / "workspace")
+
+
+async def test_escapes_from_a_runs_steps_fail_and_the_worker_stays_up(
+    api: httpx.AsyncClient, settings: Settings, wait_run: Poll, tmp_path: Path
+) -> None:
+    worker = start_worker(settings, tmp_path, env={"LONGRUN_SECRETS": '{"t": "canary-7f3a"}'})
+    try:
+        connect = "import socket; socket.create_connection(('127.0.0.1', 7233))"
+        attempts = {
+            "environ": f"cat /proc/{worker.pid}/environ",
+            "fork": "i=0; while [ $i -lt 5000 ]; do sleep 30 & i=$((i+1)); done",
+            "network": f'exec python3 -c "{connect}"',
+        }
+        steps = [
+            {
+                "id": name,
+                "tool": "shell",
+                "args": {"argv": sh(script), "timeout_s": 20, "check": False},
+                "requires_approval": False,
+            }
+            for name, script in attempts.items()
+        ]
+        run = await wait_run(await submit(api, steps), timeout_s=90)
+        assert run["status"] == "completed", run
+        assert "canary-7f3a" not in str(run)
+        errors = {s["id"]: s["output"]["stderr"] for s in run["steps"]}
+        assert "No such file or directory" in errors["environ"]
+        assert "fork" in errors["fork"].lower()
+        assert "ConnectionRefusedError" in errors["network"]
+        # The worker is up and runs the next run.
+        assert worker.poll() is None
+        step = {"id": "ok", "tool": "shell", "args": {"argv": ["true"]}, "requires_approval": False}
+        ok = await wait_run(await submit(api, [step]), timeout_s=60)
+        assert ok["status"] == "completed", ok
+    finally:
+        stop_processes(worker)
