@@ -18,7 +18,14 @@ $(CHROMIUM):
 	@command -v apt-get >/dev/null || { echo "install Chromium at $(CHROMIUM)"; exit 1; }
 	apt-get install -y -q chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium >/dev/null; }
 
-run: $(STAMP)  ## the whole local stack: Temporal + UI, worker, API (+ model stand-in)
+# Process tools run confined by bubblewrap (activities/tools/sandbox.py); a worker without
+# it refuses them.
+BWRAP := /usr/bin/bwrap
+$(BWRAP):
+	@command -v apt-get >/dev/null || { echo "install bubblewrap at $(BWRAP)"; exit 1; }
+	apt-get install -y -q bubblewrap >/dev/null || { apt-get update -q && apt-get install -y -q bubblewrap >/dev/null; }
+
+run: $(STAMP) $(BWRAP)  ## the whole local stack: Temporal + UI, worker, API (+ model stand-in)
 	$(BIN)/longrun dev
 
 test: lint typecheck unit  ## everything CI runs
@@ -45,7 +52,7 @@ $(MCP_PROXY):
 
 # Two processes, each with its own Temporal dev server, stand-in and workers; a file's tests
 # stay together on one (they share its fixtures).
-unit: $(STAMP) $(CHROMIUM) $(COMPOSE) $(MCP_PROXY)
+unit: $(STAMP) $(CHROMIUM) $(COMPOSE) $(MCP_PROXY) $(BWRAP)
 	$(BIN)/pytest -n 2 --dist loadfile
 
 BENCH_STAMP := $(VENV)/.bench-stamp

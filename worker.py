@@ -17,6 +17,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.artifacts import ArtifactStore, store_for
 from activities.endpoint import model_problem
 from activities.hosting import activities_for
+from activities.tools.sandbox import confinement
 from longrun.contracts import RUN_ID_PATTERN
 from longrun.heap import freeze_startup_heap
 from longrun.settings import Settings, get_settings
@@ -126,6 +127,11 @@ async def run_worker(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    found = await asyncio.to_thread(confinement, settings)
+    if found.confined:
+        log.info("process tools: %s", found.detail)
+    else:  # unconfined by choice, or refused: either way someone should know
+        log.warning("process tools are %s: %s", found.mode, found.detail)
     freeze_startup_heap()
     async with serving(client, settings):
         log.info(

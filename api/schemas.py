@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -115,3 +115,13 @@ _ANSWERS = {
 def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI descriptions of error answers a route gives besides 422."""
     return {code: {"model": Problem, "description": _ANSWERS[code]} for code in codes}
+
+
+class ProcessTools(BaseModel):
+    """How process tools (shell, python, commands in checks) run."""
+
+    mode: Literal["bwrap", "unconfined", "unavailable"] = Field(
+        description="bwrap: confined by bubblewrap; unconfined: as the worker's user (an "
+        "operator's choice); unavailable: refused, see detail"
+    )
+    detail: str

@@ -405,7 +405,10 @@ async def test_temporal_unreachable_is_503(settings: Settings) -> None:
 
 async def test_health_and_docs(api: httpx.AsyncClient) -> None:
     assert (await api.get("/healthz")).json() == {"status": "ok"}
-    assert (await api.get("/readyz")).json() == {"status": "ready"}
+    ready = (await api.get("/readyz")).json()
+    assert ready["status"] == "ready" and ready["process_tools"]["mode"] == "bwrap"
+    listed = (await api.get("/v1/tools")).json()
+    assert listed["process_tools"] == ready["process_tools"]
     spec = (await api.get("/openapi.json")).json()
     assert "/v1/runs/{run_id}/approvals/{approval_id}" in spec["paths"]
 

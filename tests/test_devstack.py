@@ -81,7 +81,7 @@ def test_dev_stack_runs_a_plan_and_stops_on_one_interrupt(tmp_path: Path) -> Non
         assert second.returncode == 1
         assert "already running" in second.stderr
 
-        assert httpx.get(f"{api}/readyz").json() == {"status": "ready"}
+        assert httpx.get(f"{api}/readyz").json()["status"] == "ready"
         created = httpx.post(
             f"{api}/v1/runs",
             json={"goal": "g", "plan": {"steps": [{"id": "m", "model": {"prompt": "hi dev"}}]}},

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from api.app import create_app
 from longrun.settings import Settings
 from tests.helpers import Poll, start_worker, stop_processes, submit
 from tests.test_tools import Tools
@@ -61,8 +62,8 @@ async def test_the_workers_environment_cannot_be_read(
     assert "sandbox-canary-value" not in str(out)
     assert f"/proc/{os.getpid()}/environ: No such file" in out["stderr"]
     # The command sees only its own processes.
-    listed = await tools.run("python", code="import os; print(sorted(os.listdir('/proc')))")
-    pids = [p for p in eval(listed["stdout"]) if p.isdigit()]  # noqa: S307 (a list of str)
+    listed = await tools.run("python", code="import os; print(*os.listdir('/proc'))")
+    pids = [p for p in listed["stdout"].split() if p.isdigit()]
     assert len(pids) <= 4, pids
 
 
@@ -198,3 +199,17 @@ async def test_escapes_from_a_runs_steps_fail_and_the_worker_stays_up(
         assert ok["status"] == "completed", ok
     finally:
         stop_processes(worker)
+
+
+async def test_readiness_and_the_tool_list_say_how_process_tools_run(
+    settings: Settings, tmp_path: Path
+) -> None:
+    loose = settings.model_copy(update={"sandbox": "unconfined"})
+    for each, mode in [(settings, "bwrap"), (loose, "unconfined")]:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(each)), base_url="http://api"
+        ) as http:
+            ready = (await http.get("/readyz")).json()
+            listed = (await http.get("/v1/tools")).json()
+        assert ready["process_tools"]["mode"] == listed["process_tools"]["mode"] == mode
+    assert "as the worker's user" in ready["process_tools"]["detail"]

@@ -9,8 +9,9 @@ from pydantic import BaseModel, Field
 
 from activities.tools import REGISTRY
 from api.auth import Reader
-from api.deps import McpHubDep, PolicyDep
-from api.schemas import answers
+from api.deps import McpHubDep, PolicyDep, SettingsDep
+from api.routes.health import process_tools
+from api.schemas import ProcessTools, answers
 from longrun.contracts import SideEffect
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=answers(401, 403))
@@ -37,10 +38,15 @@ class ToolList(BaseModel):
     unavailable: list[str] = Field(
         default_factory=list, description="MCP servers whose tools could not be listed, and why"
     )
+    process_tools: ProcessTools = Field(
+        description="how shell, python and check commands run: confined or not, and why"
+    )
 
 
 @router.get("")
-async def list_tools(policy: PolicyDep, hub: McpHubDep, caller: Reader) -> ToolList:
+async def list_tools(
+    policy: PolicyDep, hub: McpHubDep, settings: SettingsDep, caller: Reader
+) -> ToolList:
     """Every tool with its description, side-effect class and argument schema: the
     built-in ones, and those of the configured MCP servers (`mcp.<server>.<tool>`) that
     can be listed now; `unavailable` says why the others cannot."""
@@ -67,4 +73,8 @@ async def list_tools(policy: PolicyDep, hub: McpHubDep, caller: Reader) -> ToolL
         )
         for t in found
     ]
-    return ToolList(tools=sorted(builtin + mcp, key=lambda t: t.name), unavailable=problems)
+    return ToolList(
+        tools=sorted(builtin + mcp, key=lambda t: t.name),
+        unavailable=problems,
+        process_tools=await process_tools(settings),
+    )
