@@ -144,6 +144,7 @@ class VerifyActivities:
             idempotency_key=f"{req.run_id}:check:{req.check_id}",
             workspace=workspace,
             settings=self._settings,
+            grant=req.grant,
         )
         output: dict[str, Any] | None = None
         error: str | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
 from pydantic import BaseModel
@@ -30,6 +30,11 @@ class Principal(BaseModel):
     def may(self, *roles: Role) -> bool:
         """Whether the caller holds one of `roles` (admins hold them all)."""
         return "admin" in self.roles or bool(self.roles & set(roles))
+
+    def as_owner(self) -> dict[str, Any]:
+        """What a run this caller starts records of it: its owner and the secrets it may
+        use (the grant its every tool call carries)."""
+        return {"owner": self.name, "secrets": sorted(self.secrets)}
 
     def ungranted(self, names: list[str]) -> list[str]:
         """The secrets among `names` this caller's runs may not name."""

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from longrun.contracts import AgentSpec, Budget, RunInput, RunSpec
+from longrun.grants import grant_of
 from longrun.plans import ReferenceError_, acceptance_of, child_request, lookup, render
 
 _ITEM_TEMPLATE = re.compile(r"\{\{\s*item((?:\.[A-Za-z0-9_-]+)*)\s*\}\}")
@@ -65,6 +66,8 @@ def child_input(
         "labels": parent.labels,
         "config": parent.config,
         "owner": parent.owner,
+        # A child may use at most what its parent may, however its plan came to be.
+        "secrets": grant_of(parent).names,
         "budget": budget,
         "mcp_tools": parent.mcp_tools,
         "parent_run_id": parent.run_id,

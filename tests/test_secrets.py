@@ -34,7 +34,7 @@ from activities.tools.registry import (
 )
 from activities.verify import VerifyActivities
 from api.app import create_app
-from longrun.contracts import CheckRequest, Expect, ToolCall, ToolCheck
+from longrun.contracts import CheckRequest, Expect, SecretGrant, ToolCall, ToolCheck
 from longrun.dev.stack import ServerThread, TemporalDevServer, temporal_binary
 from longrun.settings import ApiKey, Settings, hash_key
 from longrun.temporal import DATA_CONVERTER
@@ -44,6 +44,7 @@ from workflows import RunWorkflow
 SECRET = "Bearer s3cr3t-VALUE-9f2c"
 API_KEY = "api-key-7d41-never-in-history"
 INTERN_KEY = "api-key-of-someone-granted-no-secret"
+OPS = SecretGrant(owner="ops", names=["*"])
 
 
 @pytest.fixture
@@ -266,7 +267,12 @@ async def test_an_acceptance_check_that_prints_a_secret_shows_it_redacted(
         expect=Expect(exit_code=1),  # fails, so the evidence shows the output
     )
     request = CheckRequest(
-        run_id="run-" + "0" * 32, check_id="c", goal="g", tool_check=check, judge_model="m"
+        run_id="run-" + "0" * 32,
+        check_id="c",
+        goal="g",
+        tool_check=check,
+        judge_model="m",
+        grant=OPS,
     )
     verdict = await ActivityEnvironment().run(checks.acceptance, request)
     assert not verdict.passed
@@ -280,7 +286,12 @@ async def test_a_failure_of_any_kind_is_redacted(settings: Settings) -> None:
 
     spec = dataclasses.replace(REGISTRY["echo"], fn=careless)
     ctx = ToolContext(
-        run_id="run-x", step_id="s", idempotency_key="k", workspace=Path("."), settings=settings
+        run_id="run-x",
+        step_id="s",
+        idempotency_key="k",
+        workspace=Path("."),
+        settings=settings,
+        grant=OPS,
     )
     with pytest.raises(ApplicationError) as info:
         await call_redacted(spec, spec.args_model.model_validate({}), ctx)
@@ -297,8 +308,109 @@ async def test_a_failure_of_any_kind_is_redacted(settings: Settings) -> None:
         step_id="s",
         idempotency_key="k",
         args={"url": "http://127.0.0.1:9/", "headers": {"Authorization": {"secret": "svc_token"}}},
+        grant=OPS,
     )
     with pytest.raises(ApplicationError) as info:
         await ActivityEnvironment().run(tools["tool.http_request"].fn, call)
     assert info.value.non_retryable and "line break" in info.value.message
     assert "s3cr3t" not in info.value.message
+
+
+@pytest.fixture
+def capture() -> Iterator[tuple[str, list[dict[str, str]]]]:
+    """A server that records the headers of every request, and whose `/named` answers
+    `{"secret": "svc_token"}` (what a hostile upstream would answer); its URL and records."""
+    app = FastAPI()
+    seen: list[dict[str, str]] = []
+
+    @app.get("/named")
+    async def named() -> dict[str, str]:
+        return {"secret": "svc_token"}
+
+    @app.get("/sink")
+    async def sink(request: Request) -> dict[str, bool]:
+        seen.append(dict(request.headers))
+        return {"ok": True}
+
+    with ServerThread(app) as server:
+        yield server.url, seen
+
+
+def _vectors(url: str) -> dict[str, list[dict[str, Any]]]:
+    """Plans that reach a secret the literal plan never names."""
+    named = {"secret": "svc_token"}
+    sink = {"url": f"{url}/sink", "headers": {"X-Token": "{{item}}"}}
+    child = {
+        "goal": "child",
+        "plan": {
+            "steps": [
+                {"id": "c", "tool": "http_request", "args": {**sink, "headers": {"X": named}}}
+            ]
+        },
+    }
+    item_child = {
+        "goal": "item",
+        "plan": {"steps": [{"id": "c", "tool": "http_request", "args": sink}]},
+    }
+    return {
+        "for_each_item": [
+            {"id": "f", "for_each": {"items": [named], "tool": "http_request", "args": sink}}
+        ],
+        "child_plan": [{"id": "r", "run": child}],
+        "item_template": [{"id": "f", "for_each": {"items": [named], "run": item_child}}],
+        "upstream_output": [
+            {"id": "a", "tool": "http_request", "args": {"url": f"{url}/named"}},
+            {
+                "id": "b",
+                "tool": "http_request",
+                "args": {"url": f"{url}/sink", "headers": {"X-Token": "{{steps.a.output.json}}"}},
+                "depends_on": ["a"],
+            },
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    "vector", ["for_each_item", "child_plan", "item_template", "upstream_output"]
+)
+async def test_a_secret_reached_indirectly_is_refused_where_it_would_be_revealed(
+    http: httpx.AsyncClient,
+    worker: Worker,
+    wait_run: Poll,
+    capture: tuple[str, list[dict[str, str]]],
+    vector: str,
+) -> None:
+    url, seen = capture
+    steps = _vectors(url)[vector]
+    body = {"goal": f"reach a secret through {vector}", "plan": {"steps": steps}}
+    intern = {"Authorization": f"Bearer {INTERN_KEY}"}
+    response = await http.post("/v1/runs", json=body, headers=intern)
+    assert response.status_code == 202, response.text  # no secret in the literal plan
+    run = await wait_run(response.json()["run_id"], http=http, timeout_s=90)
+    assert run["status"] == "failed", run
+    assert "may not use the secret 'svc_token'" in json.dumps(run)
+    assert not [h for h in seen if SECRET in h.values()]
+    if vector == "upstream_output":
+        # The twin: a key granted the secret gets it sent the same way.
+        granted = await http.post("/v1/runs", json=body)
+        run = await wait_run(granted.json()["run_id"], http=http)
+        assert run["status"] == "completed", run
+        assert [h for h in seen if h.get("x-token") == SECRET]
+
+
+async def test_a_run_loses_a_secret_taken_from_its_key(settings: Settings) -> None:
+    ctx = ToolContext(
+        run_id="run-x",
+        step_id="s",
+        idempotency_key="k",
+        workspace=Path("."),
+        settings=settings,
+        grant=SecretGrant(owner="intern", names=["svc_token"]),  # granted when it started
+    )
+    with pytest.raises(ApplicationError) as info:
+        reveal(ctx, SecretRef(secret="svc_token"))
+    assert "'intern' that started this run is no longer granted 'svc_token'" in info.value.message
+    gone = dataclasses.replace(ctx, grant=SecretGrant(owner="departed", names=["*"]))
+    with pytest.raises(ApplicationError) as info:
+        reveal(gone, SecretRef(secret="svc_token"))
+    assert "'departed' that started this run is no longer configured" in info.value.message

@@ -56,14 +56,25 @@ with workflow.unsafe.imports_passed_through():
     # Safe to pass through: a method reference and pydantic models, no I/O at import.
     from activities.model import ModelActivities
     from longrun import refs
-    from longrun.contracts import ModelRequest, ModelResult, RetrySpec, ToolCall, ToolResult
+    from longrun.contracts import (
+        ModelRequest,
+        ModelResult,
+        RetrySpec,
+        SecretGrant,
+        ToolCall,
+        ToolResult,
+    )
 
 
 class Calls:
     """Activities of one run; calls that use the budget pass the ledger's checkpoint."""
 
-    def __init__(self, run_id: str, ledger: Ledger, model_retry_window: timedelta) -> None:
+    def __init__(
+        self, run_id: str, ledger: Ledger, model_retry_window: timedelta, grant: SecretGrant
+    ) -> None:
         self.run_id = run_id
+        # Every tool call and check carries it: the activity checks a secret against it.
+        self.grant = grant
         self._ledger = ledger
         self._window = model_retry_window
         self._scheduled = 0
@@ -96,6 +107,7 @@ class Calls:
             # Stable across retries and continue-as-new: tools use it to apply an effect once.
             idempotency_key=f"{run_id}:{step_id}",
             args=args,
+            grant=self.grant,
         )
         limit = timedelta(seconds=timeout_s) if timeout_s else TOOL_TIMEOUT
         own = args.get("timeout_s")

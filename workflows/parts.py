@@ -24,6 +24,7 @@ from workflows.webhooks import Webhooks
 with workflow.unsafe.imports_passed_through():
     from activities.tools.toolbox import toolbox
     from longrun.contracts import AuditEntry, ChildReport, RunInput
+    from longrun.grants import grant_of
 
 
 class RunParts:
@@ -54,7 +55,7 @@ class RunParts:
         self.requests = Requests(self.approvals.decide)
         self.approvals.on_open = self.requests.release
         window = timedelta(seconds=inp.config.model_retry_window_s)
-        self.calls = Calls(inp.run_id, self.ledger, window)
+        self.calls = Calls(inp.run_id, self.ledger, window, grant_of(inp))
         self.webhooks = Webhooks(inp.run_id, inp.config.webhooks)
         if inp.config.webhooks:
             self.events.listen(self.webhooks.notify)

@@ -22,6 +22,7 @@ from activities.errors import fatal, retry_after_seconds, transient
 from activities.tools import sandbox
 from activities.tools.registry import ToolContext, tool
 from activities.tools.workspace import check_relative, confine
+from longrun import grants
 from longrun.contracts import SideEffect
 from longrun.settings import Settings
 
@@ -63,9 +64,14 @@ class SecretRef(_Args):
 
 
 def reveal(ctx: ToolContext, value: str | SecretRef) -> str:
-    """A plain value as is; a secret's value, looked up at the last moment."""
+    """A plain value as is; a secret's value, looked up at the last moment, if the run's
+    grant allows it: however its name reached the arguments (a template, a for_each item,
+    an upstream answer, a model), this is where it is checked."""
     if isinstance(value, str):
         return value
+    refused = grants.refusal(ctx.settings, ctx.grant, value.secret)
+    if refused is not None:
+        raise fatal(refused, type="SecretNotGranted")
     found = ctx.settings.secrets.get(value.secret)
     if found is None:
         raise fatal(f"no secret named '{value.secret}' is configured (LONGRUN_SECRETS)")

@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from activities.artifacts import store_for
 from activities.errors import fatal, reported_with_attempt
 from activities.heartbeat import heartbeating
-from longrun.contracts import RUN_FOLDER_PATTERN, SideEffect, ToolCall, ToolResult
+from longrun.contracts import RUN_FOLDER_PATTERN, SecretGrant, SideEffect, ToolCall, ToolResult
 from longrun.settings import Settings
 
 _RUN_ID = re.compile(RUN_FOLDER_PATTERN)
@@ -35,6 +35,8 @@ class ToolContext:
     idempotency_key: str
     workspace: Path
     settings: Settings
+    # Whom the run acts for and the secrets it may use.
+    grant: SecretGrant = field(default_factory=SecretGrant)
     # Secret values this call has used; they are blanked out of what it returns.
     revealed: list[str] = field(default_factory=list)
 
@@ -204,6 +206,7 @@ def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
                     idempotency_key=call.idempotency_key,
                     workspace=workspace_of(settings, call.run_id),
                     settings=settings,
+                    grant=call.grant,
                 )
                 async with heartbeating():
                     output = await call_redacted(spec, args, ctx)

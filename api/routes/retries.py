@@ -158,7 +158,7 @@ async def _launch(
     """Start `inp` again as `new_id`, for `caller`, with what it takes over; its memo names
     the run it starts again under `link` (retry_of, fork_of)."""
     again = inp.model_copy(
-        update={"run_id": new_id, "owner": caller.name, "carry": None, "reuse": reuse}
+        update={"run_id": new_id, **caller.as_owner(), "carry": None, "reuse": reuse}
     )
     await start_run(client, settings, again, **{link: reuse.run_id})
     return RetryCreated(

@@ -432,7 +432,7 @@ async def create_run(
         await start_run(
             client,
             settings,
-            inp.model_copy(update={"run_id": run_id, "owner": caller.name}),
+            inp.model_copy(update={"run_id": run_id, **caller.as_owner()}),
             request_sha256=fingerprint,
         )
         status: RunStatusName = "running"

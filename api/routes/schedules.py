@@ -207,7 +207,7 @@ async def create_schedule(
     client = await gateway.client()
     schedule_id = fresh_id("sch", IDEMPOTENCY_NAMESPACE, caller.name, idempotency_key)
     fingerprint = _fingerprint(body)
-    run = inp.model_copy(update={"run_id": "", "owner": caller.name})
+    run = inp.model_copy(update={"run_id": "", **caller.as_owner()})
     # Temporal names each run it starts after this id and the time it was due; the run
     # takes that name as its run id (workflows/run.py).
     action = ScheduleActionStartWorkflow(

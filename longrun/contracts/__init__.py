@@ -130,6 +130,7 @@ from longrun.contracts.run import (
 )
 from longrun.contracts.tools import (
     McpTool,
+    SecretGrant,
     ToolCall,
     ToolResult,
 )
@@ -219,6 +220,7 @@ __all__ = [
     "RunSpec",
     "RunState",
     "RunStatusName",
+    "SecretGrant",
     "SideEffect",
     "Step",
     "StepId",

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from longrun.contracts.agent import AgentPlan, Brief
 from longrun.contracts.plans import ToolCheck
+from longrun.contracts.tools import SecretGrant
 
 
 class ModelRequest(BaseModel):
@@ -126,6 +127,7 @@ class CheckRequest(BaseModel):
     statement: str | None = None
     observations: str = ""
     judge_model: str
+    grant: SecretGrant = Field(default_factory=SecretGrant)
     # Kept in the run's journal with the verdict: the step's summary when it passes, the
     # failed verification when it does not.
     journal: Note | None = None

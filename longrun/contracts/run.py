@@ -258,6 +258,10 @@ class RunInput(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     config: RunConfig
     owner: str = "local"
+    # The secrets the run may use ("*": all): its owner's grant when it started, at most its
+    # parent's. None: a run started before runs carried grants, which may use those its
+    # plan and checks named (longrun.grants).
+    secrets: list[str] | None = None
     budget: Budget = Field(default_factory=Budget)
     on_failure: Literal["stop", "compensate"] = "stop"
     carry: RunCarry | None = None

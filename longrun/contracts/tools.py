@@ -10,6 +10,25 @@ from pydantic import BaseModel, Field
 from longrun.contracts.common import SideEffect
 
 
+class SecretGrant(BaseModel):
+    """Whom a run acts for and the secrets it may use ("*": all): every tool call and check
+    carries it, and the activity that would reveal a secret checks it there."""
+
+    owner: str = ""
+    names: list[str] = Field(default_factory=list)
+
+    def allows(self, name: str) -> bool:
+        """Whether the secret `name` is granted."""
+        return "*" in self.names or name in self.names
+
+    def within(self, names: list[str]) -> SecretGrant:
+        """This grant narrowed to `names` (the stricter of the two)."""
+        if "*" in names:
+            return self
+        kept = sorted(names) if "*" in self.names else [n for n in self.names if n in names]
+        return SecretGrant(owner=self.owner, names=kept)
+
+
 class ToolCall(BaseModel):
     """Input of every `tool.<name>` activity."""
 
@@ -17,6 +36,8 @@ class ToolCall(BaseModel):
     step_id: str
     idempotency_key: str
     args: dict[str, Any] = Field(default_factory=dict)
+    # A call scheduled before runs carried grants may use no secret.
+    grant: SecretGrant = Field(default_factory=SecretGrant)
 
 
 class ToolResult(BaseModel):

@@ -102,6 +102,7 @@ class Checker:
                 observations=observations,
                 judge_model=self._spec.judge_model,
                 journal=journal,
+                grant=self._parts.calls.grant,
             ),
             summary=summary,
             limit=VERIFY_TIMEOUT,
