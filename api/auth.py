@@ -59,6 +59,26 @@ def _is_loopback(host: str | None) -> bool:
         return False
 
 
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
+
+
+def _foreign_page(request: Request) -> str | None:
+    """Why a request to a keyless API may have come from a page of another site, or None.
+    A browser on this machine sends a page's requests from a loopback address too: a name
+    that resolves to 127.0.0.1 (DNS rebinding) shows in `Host`, a page of another origin in
+    `Origin` or `Sec-Fetch-Site`."""
+    host = request.headers.get("host", "")
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if name.lower() not in LOOPBACK_HOSTS:
+        return f"this API answers only loopback host names, not '{host}'"
+    origin = request.headers.get("origin")
+    if origin is not None and origin.lower() not in (f"http://{host}", f"https://{host}"):
+        return f"this API answers only its own pages, not a page of '{origin}'"
+    if request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+        return "this API answers only its own pages, not another site's"
+    return None
+
+
 async def authenticate(request: Request, settings: SettingsDep) -> Principal:
     """The caller, from `Authorization: Bearer <key>`; 401 without a valid key. (Async, as
     every dependency here: FastAPI runs a plain `def` one in a worker thread, a hop that cost
@@ -81,6 +101,9 @@ def principal_of(request: Request, settings: Settings) -> Principal:
                     f" (this request came through a proxy: {', '.join(proxied)})" if proxied else ""
                 ),
             )
+        refusal = _foreign_page(request)
+        if refusal is not None:
+            raise HTTPException(403, f"no API keys are configured, so {refusal}")
         return Principal(name="local", roles=frozenset({"admin"}), secrets=frozenset({"*"}))
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and token:

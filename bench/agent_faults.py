@@ -420,7 +420,7 @@ async def measure(args: argparse.Namespace, rates: list[float]) -> tuple[Results
             oai = AsyncOpenAI(base_url=f"{standin_server.url}/v1", api_key="x", max_retries=0)
             async with (
                 serving(client, settings),
-                httpx.AsyncClient(transport=transport, base_url="http://api") as api,
+                httpx.AsyncClient(transport=transport, base_url="http://localhost") as api,
                 httpx.AsyncClient(timeout=30) as http,
             ):
                 for i, rate in enumerate(rates):

@@ -108,7 +108,7 @@ async def longrun_side(standin: StandIn, standin_url: str, steps: int, timeout_s
             transport = httpx.ASGITransport(app=create_api(settings))
             async with (
                 serving(client, settings),
-                httpx.AsyncClient(transport=transport, base_url="http://api") as api,
+                httpx.AsyncClient(transport=transport, base_url="http://localhost") as api,
             ):
                 t0 = time.perf_counter()
                 response = await api.post(

@@ -165,7 +165,7 @@ async def measure(steps: int, reads: int, restarts: int) -> Latency:
             transport = httpx.ASGITransport(app=app)
 
             async with httpx.AsyncClient(
-                transport=transport, base_url="http://api", timeout=120
+                transport=transport, base_url="http://localhost", timeout=120
             ) as api:
                 async with AsyncExitStack() as running:
                     await running.enter_async_context(serving(client, settings))

@@ -179,7 +179,7 @@ async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The API app, called through ASGI."""
     app = create_app(settings)
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://api"
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
     ) as http:
         yield http
     await app.state.mcp_hub.aclose()  # MCP servers it started exit

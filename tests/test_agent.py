@@ -266,7 +266,7 @@ async def test_usage_is_priced_from_the_settings_table(
 
     priced = settings.model_copy(update={"prices": {"test-model": Price(input=2.0, output=8.0)}})
     transport = httpx.ASGITransport(app=create_app(priced))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as api:
         standin.scenario(
             [
                 {"match": "agent-priced", "role": "plan", "json": plan(("one", "say hi"))},

@@ -391,7 +391,7 @@ async def test_list_filters_by_status_and_label_and_paginates(
 async def test_temporal_unreachable_is_503(settings: Settings) -> None:
     dead = settings.model_copy(update={"temporal_address": "127.0.0.1:1"})
     transport = httpx.ASGITransport(app=create_app(dead))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         assert (await http.get("/healthz")).status_code == 200
         ready = await http.get("/readyz")
         assert ready.status_code == 503

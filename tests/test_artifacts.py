@@ -198,7 +198,7 @@ async def test_an_s3_store_holds_big_outputs(
     transport = httpx.ASGITransport(app=create_app(s3_settings))
     async with (
         serving(client, s3_settings),
-        httpx.AsyncClient(transport=transport, base_url="http://api") as http,
+        httpx.AsyncClient(transport=transport, base_url="http://localhost") as http,
     ):
         run_id = await submit(
             http,
@@ -250,7 +250,7 @@ async def keyed(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     roles = {"viewer": "viewer", "sub": "submitter", "approver": "approver", "admin": "admin"}
     keys = [ApiKey(name=n, sha256=hash_key(f"key-of-{n}"), roles=[r]) for n, r in roles.items()]
     transport = httpx.ASGITransport(app=create_app(settings.model_copy(update={"api_keys": keys})))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         yield http
 
 

@@ -35,7 +35,7 @@ def keyed(settings: Settings) -> Settings:
 @pytest.fixture
 async def http(keyed: Settings) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=create_app(keyed))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         yield client
 
 
@@ -109,7 +109,7 @@ async def test_four_eyes_forbids_approving_ones_own_run(
 ) -> None:
     strict = keyed.model_copy(update={"four_eyes": True})
     transport = httpx.ASGITransport(app=create_app(strict))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         run_id = await gated_run(http, wait_run, owner="admin")
         decide = f"/v1/runs/{run_id}/approvals/apr-gate"
         mine = await http.post(decide, json={"decision": "approve"}, headers=bearer("admin"))
@@ -122,13 +122,13 @@ async def test_without_keys_only_loopback_is_served(settings: Settings) -> None:
     assert not settings.api_keys
     app = create_app(settings)
     remote = httpx.ASGITransport(app=app, client=("203.0.113.7", 40000))
-    async with httpx.AsyncClient(transport=remote, base_url="http://api") as http:
+    async with httpx.AsyncClient(transport=remote, base_url="http://localhost") as http:
         response = await http.get("/v1/runs")
         assert response.status_code == 403
         assert "loopback" in response.json()["detail"]
         assert (await http.get("/healthz")).status_code == 200
     local = httpx.ASGITransport(app=app, client=("127.0.0.1", 40000))
-    async with httpx.AsyncClient(transport=local, base_url="http://api") as http:
+    async with httpx.AsyncClient(transport=local, base_url="http://localhost") as http:
         assert (await http.get("/v1/runs")).status_code == 200
         # Through a proxy on this host: not local, whatever it says.
         for header in ({"X-Forwarded-For": "127.0.0.1"}, {"Via": "1.1 proxy"}):

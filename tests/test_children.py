@@ -344,7 +344,7 @@ async def test_children_are_charged_once_across_continue_as_new(
     steps = [{"id": f"c{i}", "run": {"goal": f"child {i}", "plan": one_call}} for i in range(4)]
     async with (
         serving(client, changed),
-        httpx.AsyncClient(transport=transport, base_url="http://api") as api,
+        httpx.AsyncClient(transport=transport, base_url="http://localhost") as api,
     ):
         run_id = await submit(api, steps, budget={"max_tool_calls": 4})
         run = await wait_run(run_id, http=api)

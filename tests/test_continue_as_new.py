@@ -25,7 +25,9 @@ from workflows import RunWorkflow
 async def short(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The API with history segments of three steps."""
     app = create_app(settings.model_copy(update={"continue_as_new_every": 3}))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://a") as c:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as c:
         yield c
 
 
@@ -86,7 +88,7 @@ async def test_a_thousand_steps_of_50_kb_outputs_keep_every_segment_small(
 ) -> None:
     app = create_app(settings.model_copy(update={"continue_as_new_every": 250}))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as api:
         fifty_kb = "print('x' * 50_000, end='', file=open('page.txt', 'w'))"
         steps = [
             {"id": "make", "tool": "python", "args": {"code": fifty_kb}, "requires_approval": False}

@@ -129,7 +129,7 @@ async def test_temporal_restart_mid_run_completes(
     client = await connect(settings)
     transport = httpx.ASGITransport(app=create_app(settings))
     async with (
-        httpx.AsyncClient(transport=transport, base_url="http://api") as api,
+        httpx.AsyncClient(transport=transport, base_url="http://localhost") as api,
         serving(client, settings),
     ):
         run_id = await submit(
@@ -271,7 +271,7 @@ async def test_a_worker_started_before_temporal_waits_for_it(
             await asyncio.sleep(0.1)
         async with TemporalDevServer(tmp_path / "late.sqlite", port=port):
             transport = httpx.ASGITransport(app=create_app(settings))
-            async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as api:
                 run_id = await submit(api, [{"id": "e", "tool": "echo"}])
                 run = await wait_run(run_id, timeout_s=90, http=api)
         assert run["status"] == "completed", run

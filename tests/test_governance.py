@@ -31,7 +31,7 @@ async def priced(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
         }
     )
     transport = httpx.ASGITransport(app=create_app(configured))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         yield http
 
 

@@ -19,7 +19,7 @@ from tests.helpers import Poll, StandIn
 
 def api_with(settings: Settings, **changes: Any) -> httpx.AsyncClient:
     transport = httpx.ASGITransport(app=create_app(settings.model_copy(update=changes)))
-    return httpx.AsyncClient(transport=transport, base_url="http://api")
+    return httpx.AsyncClient(transport=transport, base_url="http://localhost")
 
 
 @pytest.fixture

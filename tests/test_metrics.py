@@ -284,7 +284,7 @@ async def test_the_api_serves_prometheus_metrics_of_runs_and_requests(
     # Temporal away: the request metrics still come, the run counts do not.
     dead = settings.model_copy(update={"temporal_address": "127.0.0.1:1"})
     transport = httpx.ASGITransport(app=create_app(dead))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         away = await http.get("/metrics")
     assert away.status_code == 200
     samples = _samples(away.text)

@@ -36,7 +36,7 @@ async def served(
     transport = httpx.ASGITransport(app=create_app(changed))
     async with (
         serving(client, changed),
-        httpx.AsyncClient(transport=transport, base_url="http://api") as http,
+        httpx.AsyncClient(transport=transport, base_url="http://localhost") as http,
     ):
         yield http, changed
 
@@ -306,7 +306,7 @@ async def test_a_wrong_base_url_names_the_url_and_what_to_check(
     transport = httpx.ASGITransport(app=create_app(wrong))
     async with (
         serving(client, wrong),
-        httpx.AsyncClient(transport=transport, base_url="http://api") as api,
+        httpx.AsyncClient(transport=transport, base_url="http://localhost") as api,
     ):
         run = await wait_run(
             await submit(api, [{"id": "m", "model": {"prompt": "hello"}}]), http=api

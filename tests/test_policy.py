@@ -38,7 +38,7 @@ async def governed(settings: Settings, tmp_path: Path) -> AsyncIterator[httpx.As
     policy.write_text(POLICY)
     app = create_app(settings.model_copy(update={"policy_file": policy}))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         yield http
 
 

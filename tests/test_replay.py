@@ -167,7 +167,7 @@ async def test_segments_of_a_long_agent_run_replay(
     standin.scenario([{"match": "replay-long", "role": "plan", "json": {"steps": steps}}])
     app = create_app(settings.model_copy(update={"continue_as_new_every": 5}))
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://a"
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
     ) as api:
         response = await api.post("/v1/runs", json={"goal": "replay-long: go", "tools": ["note"]})
         run_id = response.json()["run_id"]
@@ -190,7 +190,7 @@ async def test_segments_of_a_plan_run_that_compensates_after_a_hand_over_replay(
     ]
     app = create_app(settings.model_copy(update={"continue_as_new_every": 3}))
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://a"
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
     ) as api:
         run_id = await submit(api, steps, on_failure="compensate")
         run = await wait_run(run_id, http=api)
@@ -211,7 +211,7 @@ async def test_a_run_paused_for_its_model_and_resumed_replays(
     standin.rule(match="replay-down", status=503, message="down")
     app = create_app(settings.model_copy(update={"model_retry_window_s": 1.0}))
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://a"
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
     ) as api:
         run_id = await submit(
             api,

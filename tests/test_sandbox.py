@@ -207,7 +207,7 @@ async def test_readiness_and_the_tool_list_say_how_process_tools_run(
     loose = settings.model_copy(update={"sandbox": "unconfined"})
     for each, mode in [(settings, "bwrap"), (loose, "unconfined")]:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_app(each)), base_url="http://api"
+            transport=httpx.ASGITransport(app=create_app(each)), base_url="http://localhost"
         ) as http:
             ready = (await http.get("/readyz")).json()
             listed = (await http.get("/v1/tools")).json()

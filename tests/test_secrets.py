@@ -81,7 +81,9 @@ def guarded() -> Iterator[str]:
 async def http(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=create_app(settings))
     headers = {"Authorization": f"Bearer {API_KEY}"}
-    async with httpx.AsyncClient(transport=transport, base_url="http://api", headers=headers) as c:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://localhost", headers=headers
+    ) as c:
         yield c
 
 
@@ -220,7 +222,9 @@ async def test_a_check_may_hand_a_secret_only_to_a_command_the_policy_vouches_fo
     body = {"goal": "g", "acceptance": [check]}
     headers = {"Authorization": f"Bearer {API_KEY}"}
     transport = httpx.ASGITransport(app=create_app(settings))
-    async with httpx.AsyncClient(transport=transport, base_url="http://a", headers=headers) as c:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://localhost", headers=headers
+    ) as c:
         refused = await c.post("/v1/runs", json=body)
     assert refused.status_code == 422
     assert "shell gets the secrets svc_token and no rule vouches" in refused.text
@@ -230,7 +234,9 @@ async def test_a_check_may_hand_a_secret_only_to_a_command_the_policy_vouches_fo
     )
     vouched = create_app(settings.model_copy(update={"policy_file": policy}))
     transport = httpx.ASGITransport(app=vouched)
-    async with httpx.AsyncClient(transport=transport, base_url="http://a", headers=headers) as c:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://localhost", headers=headers
+    ) as c:
         response = await c.post("/v1/runs", json=body)
     assert response.status_code == 202, response.text
     await client.get_workflow_handle(response.json()["run_id"]).terminate("test")

@@ -6,6 +6,7 @@ import logging
 import mimetypes
 import re
 from pathlib import Path
+from urllib.parse import quote
 
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import Response
@@ -87,13 +88,13 @@ def _listing(settings: Settings, run_id: str) -> ArtifactList:
 async def get_artifact(
     run_id: str, name: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> Response:
-    """Download one artifact, with its content type."""
+    """Download one artifact, with its content type (always as an attachment)."""
     await describe_run(client, run_id)
     try:
         if re.fullmatch(r"sha256:[0-9a-f]{64}", name):
             data = await run_in_threadpool(store_for(settings).get, run_id, name)
             media = "text/plain; charset=utf-8" if _is_text(data) else "application/octet-stream"
-            return Response(data, media_type=media)
+            return download(data, media, name.replace(":", "-"))
         if not name.startswith(f"{DELIVERABLES}/"):
             raise HTTPException(404, f"no artifact '{name}': names are sha256:… or out/…")
         path = confine(settings.workspaces_dir / run_id / "workspace", name)
@@ -103,7 +104,22 @@ async def get_artifact(
     if content is None:
         raise HTTPException(404, f"no artifact '{name}' in run '{run_id}'")
     media = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    return Response(content, media_type=media)
+    return download(content, media, path.name)
+
+
+def download(content: bytes, media: str, filename: str) -> Response:
+    """An artifact as a download that cannot act: a run wrote it, so a browser must neither
+    render it as a page of the API's origin nor guess it is one, and if opened anyway it runs
+    no script and has no origin (CSP sandbox)."""
+    return Response(
+        content,
+        media_type=media,
+        headers={
+            "Content-Disposition": f"attachment; filename*=UTF-8''{quote(filename)}",
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "sandbox",
+        },
+    )
 
 
 @router.delete("", responses=answers(404, 409))

@@ -1,0 +1,114 @@
+// The approvals inbox. The key lives in the form field only: no storage a script of
+// another page of this origin could read.
+"use strict";
+const keyInput = document.getElementById("key");
+const labelInput = document.getElementById("label");
+const message = document.getElementById("message");
+const inbox = document.getElementById("inbox");
+
+function headers() {
+  const key = keyInput.value.trim();
+  const sent = { "content-type": "application/json" };
+  if (key) sent["authorization"] = "Bearer " + key;
+  return sent;
+}
+
+function say(text, kind) {
+  message.textContent = text;
+  message.className = kind || "";
+}
+
+function cell(row, content) {
+  const td = document.createElement("td");
+  if (content instanceof Node) td.appendChild(content); else td.textContent = content;
+  row.appendChild(td);
+  return td;
+}
+
+async function detail(response) {
+  try {
+    const body = await response.json();
+    return typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail);
+  } catch (e) {
+    return response.statusText;
+  }
+}
+
+async function load() {
+  const params = new URLSearchParams();
+  if (labelInput.value.trim()) params.append("label", labelInput.value.trim());
+  let response;
+  try {
+    response = await fetch("/v1/approvals?" + params, { headers: headers() });
+  } catch (e) {
+    say("The API did not answer: " + e, "error");
+    return;
+  }
+  if (!response.ok) {
+    say(response.status + ": " + await detail(response), "error");
+    return;
+  }
+  if (message.className === "error") say("");
+  render((await response.json()).approvals);
+}
+
+function render(approvals) {
+  inbox.replaceChildren();
+  if (approvals.length === 0) {
+    const row = inbox.insertRow();
+    const td = cell(row, "Nothing waits for a person.");
+    td.colSpan = 5;
+    td.className = "muted";
+    return;
+  }
+  for (const item of approvals) {
+    const row = inbox.insertRow();
+    row.dataset.approval = item.run_id + "/" + item.approval_id;
+    const run = document.createElement("div");
+    const id = document.createElement("code");
+    id.textContent = item.run_id;
+    run.append(id, document.createElement("br"), item.goal);
+    cell(row, run);
+    cell(row, item.step_id + " (" + item.approval_id + ")");
+    const what = document.createElement("div");
+    const summary = document.createElement("div");
+    summary.textContent = item.summary;
+    const args = document.createElement("pre");
+    args.textContent = JSON.stringify(item.arguments, null, 2);
+    what.append(summary, args);
+    cell(row, what);
+    cell(row, new Date(item.requested_at).toLocaleString());
+    const decide = document.createElement("div");
+    const comment = document.createElement("input");
+    comment.type = "text";
+    comment.placeholder = "comment";
+    comment.className = "comment";
+    const approve = document.createElement("button");
+    approve.textContent = "Approve";
+    approve.className = "approve";
+    const reject = document.createElement("button");
+    reject.textContent = "Reject";
+    reject.className = "reject";
+    approve.onclick = () => decideOn(item, "approve", comment.value);
+    reject.onclick = () => decideOn(item, "reject", comment.value);
+    decide.append(comment, document.createElement("br"), approve, reject);
+    cell(row, decide);
+  }
+}
+
+async function decideOn(item, decision, comment) {
+  const url = "/v1/runs/" + encodeURIComponent(item.run_id) + "/approvals/" +
+    encodeURIComponent(item.approval_id);
+  const body = { decision: decision };
+  if (comment.trim()) body.comment = comment.trim();
+  const response = await fetch(url, { method: "POST", headers: headers(), body: JSON.stringify(body) });
+  if (response.ok) {
+    say(decision + " of " + item.approval_id + " (" + item.run_id + ") taken", "ok");
+  } else {
+    say(response.status + ": " + await detail(response), "error");
+  }
+  await load();
+}
+
+document.getElementById("key-form").onsubmit = (event) => { event.preventDefault(); load(); };
+load();
