@@ -1,18 +1,21 @@
 """`webhook.deliver`: one run event POSTed to one webhook URL, signed, retried until the
-receiver takes it (or refuses it for good). Every attempt carries the same delivery id.
+receiver takes it (or refuses it for good).
 
-Headers: `X-Longrun-Delivery` (the id), `X-Longrun-Event` (the event type) and
-`X-Longrun-Signature: sha256=<hex>`, the HMAC-SHA256 of the body under
-LONGRUN_WEBHOOK_SECRET. The body: `{"delivery_id", "run_id", "event"}`.
+Signed as Standard Webhooks (standardwebhooks.com) sign: `webhook-id` (the delivery id, the
+same on every attempt, for the receiver to apply a delivery once), `webhook-timestamp` (of
+this attempt; receivers refuse stale ones, so a captured delivery cannot be replayed) and
+`webhook-signature` (`v1,<base64 HMAC-SHA256 of "id.timestamp.body">`) under the bytes of
+LONGRUN_WEBHOOK_SECRET; and `X-Longrun-Event`, the event type. The body:
+`{"delivery_id", "run_id", "event"}`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
+from datetime import UTC, datetime
 
 import httpx
+from standardwebhooks.webhooks import Webhook
 from temporalio import activity
 
 from activities.errors import fatal, reported_with_attempt, retry_after_seconds, transient
@@ -23,9 +26,16 @@ from longrun.settings import Settings
 TIMEOUT_S = 10.0
 
 
-def signature(secret: str, body: bytes) -> str:
-    """The signature header's value for `body`."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def signed_headers(
+    secret: str, delivery_id: str, body: bytes, now: datetime | None = None
+) -> dict[str, str]:
+    """The Standard Webhooks headers of one attempt to deliver `body`, signed `now`."""
+    now = now or datetime.now(UTC)
+    return {
+        "webhook-id": delivery_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(secret.encode()).sign(delivery_id, now, body),
+    }
 
 
 class WebhookActivities:
@@ -53,9 +63,8 @@ class WebhookActivities:
             body = json.dumps(payload).encode()
             headers = {
                 "Content-Type": "application/json",
-                "X-Longrun-Delivery": delivery.delivery_id,
                 "X-Longrun-Event": delivery.event.type,
-                "X-Longrun-Signature": signature(secret.get_secret_value(), body),
+                **signed_headers(secret.get_secret_value(), delivery.delivery_id, body),
             }
             async with httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False) as client:
                 response = await client.post(url, content=body, headers=headers)

@@ -3,10 +3,9 @@ and it ends; a delivery the receiver failed is sent again with the same delivery
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -14,9 +13,11 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import SecretStr
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.webhooks import signed_headers
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
 from tests.helpers import Poll, submit
@@ -76,10 +77,8 @@ async def test_a_receiver_gets_each_event_signed_once_per_delivery_id(
     deliveries: dict[str, list[dict[str, Any]]] = {}
     for got in receiver.received:
         headers, body = got["headers"], got["body"]
-        expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
-        assert hmac.compare_digest(headers["x-longrun-signature"], expected)
-        payload = json.loads(body)
-        assert payload["delivery_id"] == headers["x-longrun-delivery"]
+        payload = Webhook(SECRET.encode()).verify(body, headers)  # as a receiver checks it
+        assert payload["delivery_id"] == headers["webhook-id"]
         assert payload["run_id"] == run_id
         assert payload["event"]["type"] == headers["x-longrun-event"]
         deliveries.setdefault(payload["delivery_id"], []).append(payload)
@@ -101,3 +100,22 @@ async def test_webhooks_that_cannot_be_delivered_are_refused_at_submission(
             "/v1/runs", json={"goal": "g", "plan": {"steps": steps}, "webhooks": [bad]}
         )
         assert response.status_code == 422, (bad, response.text)
+
+
+def test_a_captured_delivery_cannot_be_replayed_later() -> None:
+    body = json.dumps({"delivery_id": "d-1", "run_id": "r", "event": {}}).encode()
+    headers = signed_headers(SECRET, "d-1", body)
+    receiver = Webhook(SECRET.encode())
+    assert receiver.verify(body, headers)["delivery_id"] == "d-1"  # fresh: taken
+    # Captured ten minutes ago and replayed now: refused as stale; with its timestamp moved
+    # forward, its signature no longer matches.
+    earlier = datetime.now(UTC) - timedelta(minutes=10)
+    captured = signed_headers(SECRET, "d-1", body, earlier)
+    with pytest.raises(WebhookVerificationError, match="too old"):
+        receiver.verify(body, captured)
+    forged = {**captured, "webhook-timestamp": headers["webhook-timestamp"]}
+    with pytest.raises(WebhookVerificationError, match="No matching signature"):
+        receiver.verify(body, forged)
+    tampered = body.replace(b'"r"', b'"s"')
+    with pytest.raises(WebhookVerificationError, match="No matching signature"):
+        receiver.verify(tampered, headers)

@@ -34,6 +34,4 @@ async def approvals_page() -> FileResponse:
 @router.get("/approvals.js")
 async def approvals_script() -> FileResponse:
     """The inbox page's script."""
-    return FileResponse(
-        STATIC / "approvals.js", media_type="text/javascript", headers=PAGE_HEADERS
-    )
+    return FileResponse(STATIC / "approvals.js", media_type="text/javascript", headers=PAGE_HEADERS)
