@@ -64,8 +64,23 @@ async def test_an_ended_run_answers_from_what_it_stored_without_a_worker(
             )
             as_queried = {**queried.model_dump(mode="json"), "links": None, "retrying": None}
             assert _comparable(run) == _comparable(as_queried)
+        pages = {
+            run_id: (await api.get(f"/v1/runs/{run_id}/events/page")).json() for run_id in ended
+        }
     finally:
         stop_processes(worker)
+
+    # No worker: an ended run's events come from its record, and the stream ends.
+    for run_id, page in pages.items():
+        assert page["ended"] and page["events"][-1]["type"] == "run.ended"
+        async with asyncio.timeout(30):
+            again = (await api.get(f"/v1/runs/{run_id}/events/page")).json()
+            streamed = await api.get(f"/v1/runs/{run_id}/events")
+        assert again == page
+        ids = [int(line[3:]) for line in streamed.text.splitlines() if line.startswith("id:")]
+        assert ids == [e["id"] for e in page["events"]]
+        later = (await api.get(f"/v1/runs/{run_id}/events/page?after=2")).json()
+        assert [e["id"] for e in later["events"]] == ids[2:] and later["ended"]
 
     # No worker: an ended run's status needs none, a terminated one's needs the query.
     for run_id, run in ended.items():

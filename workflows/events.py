@@ -67,6 +67,16 @@ class EventLog:
             ended=self.ended,
         )
 
+    def whole(self) -> EventPage:
+        """Every event kept, as one page (for the run's final record)."""
+        return EventPage(
+            events=list(self.events),
+            archived=self.archived,
+            first_kept=self.events[0].id if self.events else self.next_id,
+            last=self.next_id - 1,
+            ended=self.ended,
+        )
+
     def older(self) -> list[RunEvent]:
         """The events a hand-over archives: all but the latest EVENTS_KEPT."""
         return self.events[:-EVENTS_KEPT] if len(self.events) > EVENTS_KEPT else []

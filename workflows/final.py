@@ -48,16 +48,17 @@ async def record_final(parts: RunParts) -> None:
 
 
 def _record(parts: RunParts) -> dict[str, Any] | None:
-    """Status, audit and steps; the steps left out if the whole does not fit one call, then
-    the audit; None if the status alone does not."""
+    """Status, audit, steps and events; the events left out if the whole does not fit one
+    call, then the steps, then the audit; None if the status alone does not."""
     audit = parts.audit
     trail = AuditTrail(run_id=parts.inp.run_id, entries=audit.entries, archived=audit.archived)
     record: dict[str, Any] = {
         "status": parts.status.state().model_dump(mode="json"),
         "audit": trail.model_dump(mode="json"),
         "steps": {k: s.model_dump(mode="json") for k, s in parts.steps.by_id.items()},
+        "events": parts.events.whole().model_dump(mode="json"),
     }
-    for left_out in ("steps", "audit"):
+    for left_out in ("events", "steps", "audit"):
         if stored.size(record) <= FINAL_RECORD_MAX_BYTES:
             return record
         del record[left_out]

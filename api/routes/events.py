@@ -18,15 +18,21 @@ from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowQueryFailedError
+from temporalio.client import (
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
 from temporalio.service import RPCError
 
 from api.auth import Reader
-from api.deps import TemporalClient
+from api.deps import SettingsDep, TemporalClient
 from api.feed import POLL_S, EventFeed
-from api.routes.runs import describe_run, fail_validation
+from api.routes.runs import describe_run, fail_validation, stored_part
 from api.schemas import answers
-from longrun.contracts import RunEvent
+from longrun.contracts import EventPage, RunEvent
+from longrun.settings import Settings
 
 log = logging.getLogger("longrun.api")
 
@@ -55,13 +61,15 @@ async def stream_events(
     run_id: str,
     request: Request,
     client: TemporalClient,
+    settings: SettingsDep,
     caller: Reader,
     after: Annotated[int | None, Query(ge=0, description="resume after this event id")] = None,
     last_event_id: Annotated[str | None, Header(max_length=20)] = None,
 ) -> EventSourceResponse:
     """The run's events as they happen, from the first (or after `Last-Event-ID` /
     `after`); the stream closes after the run's last event."""
-    handle, _ = await describe_run(client, run_id)
+    handle, desc = await describe_run(client, run_id)
+    final = await _final_page(settings, run_id, desc)
     start = after or 0
     if last_event_id is not None:
         if not last_event_id.isdigit():
@@ -70,7 +78,7 @@ async def stream_events(
             )
         start = int(last_event_id)
     feed: EventFeed = request.app.state.events
-    return EventSourceResponse(_stream(feed, handle, start), ping=PING_S)
+    return EventSourceResponse(_stream(feed, handle, start, final), ping=PING_S)
 
 
 class EventsPage(BaseModel):
@@ -86,6 +94,7 @@ async def page_events(
     run_id: str,
     request: Request,
     client: TemporalClient,
+    settings: SettingsDep,
     caller: Reader,
     after: Annotated[int, Query(ge=0, description="the events after this id")] = 0,
     wait_s: Annotated[
@@ -95,10 +104,11 @@ async def page_events(
 ) -> EventsPage:
     """The run's events after `after` as one JSON page, for clients that cannot read a
     stream: waits up to `wait_s` for the first new one (a long poll)."""
-    handle, _ = await describe_run(client, run_id)
+    handle, desc = await describe_run(client, run_id)
+    final = await _final_page(settings, run_id, desc)
     feed: EventFeed = request.app.state.events
     found: list[RunEvent] = []
-    events = _events(feed, handle, after)
+    events = _events(feed, handle, after, final)
     ended = False
     try:
         async with asyncio.timeout(wait_s):
@@ -119,24 +129,40 @@ async def page_events(
     return EventsPage(events=found, next_after=found[-1].id if found else after, ended=ended)
 
 
+async def _final_page(
+    settings: Settings, run_id: str, desc: WorkflowExecutionDescription
+) -> EventPage | None:
+    """Every event of an ended run as it stored them when it ended, or None (a live run, or
+    one that stored no events: its query answers)."""
+    stored = await stored_part(settings, run_id, desc, "events")
+    if stored is None:
+        return None
+    return EventPage.model_validate(stored).model_copy(update={"ended": True})
+
+
 async def _stream(
-    feed: EventFeed, handle: WorkflowHandle[Any, Any], after: int
+    feed: EventFeed, handle: WorkflowHandle[Any, Any], after: int, final: EventPage | None
 ) -> AsyncIterator[ServerSentEvent]:
-    async for event in _events(feed, handle, after):
+    async for event in _events(feed, handle, after, final):
         if event is not None:
             yield _sse(event)
 
 
 async def _events(
-    feed: EventFeed, handle: WorkflowHandle[Any, Any], after: int
+    feed: EventFeed, handle: WorkflowHandle[Any, Any], after: int, final: EventPage | None
 ) -> AsyncGenerator[RunEvent | None, None]:
     """The run's events after `after` as they come, until its last; None each time there is
-    nothing more to give for now."""
+    nothing more to give for now. An ended run's `final` page needs no worker."""
     idle = 0
     backoff = POLL_S
     while True:
         try:
-            page = await feed.page(handle, after)
+            if final is not None:
+                page = final.model_copy(
+                    update={"events": [e for e in final.events if e.id > after]}
+                )
+            else:
+                page = await feed.page(handle, after)
         except (RPCError, WorkflowQueryFailedError) as exc:  # away or failing: keep, wait
             log.warning("events of %s: %s; trying again in %g s", handle.id, exc, backoff)
             yield None
