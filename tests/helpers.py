@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,6 +68,26 @@ async def submit(api: httpx.AsyncClient, steps: list[dict[str, Any]], **extra: A
     assert response.status_code == 202, response.text
     run_id: str = response.json()["run_id"]
     return run_id
+
+
+def sleep_for() -> str:
+    """A duration of `sleep` no other process uses: how a test finds the sandboxed process
+    among the host's (its pid inside the sandbox means nothing outside)."""
+    return f"30.{uuid.uuid4().int % 10**9:09d}"
+
+
+def sleeping(duration: str) -> list[int]:
+    """The host pids of `sleep <duration>` processes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmdline == f"sleep\0{duration}\0".encode():
+                found.append(int(entry.name))
+    return found
 
 
 def _env(settings: Settings) -> dict[str, str]:

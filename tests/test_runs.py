@@ -24,7 +24,7 @@ from longrun.attributes import (
 )
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
-from tests.helpers import Poll, StandIn, submit
+from tests.helpers import Poll, StandIn, sleep_for, sleeping, submit
 
 
 async def test_plan_with_approval_completes(
@@ -277,7 +277,8 @@ async def test_steps_without_mutual_dependencies_run_in_parallel(
 async def test_cancel_stops_the_running_tool(
     api: httpx.AsyncClient, worker: Worker, settings: Settings, wait_run: Poll
 ) -> None:
-    script = "echo $$ > pid; sleep 60; touch finished"
+    duration = sleep_for()
+    script = f"echo started > pid; sleep {duration}; touch finished"
     run_id = await submit(
         api,
         [
@@ -294,7 +295,7 @@ async def test_cancel_stops_the_running_tool(
     await wait_run(
         run_id, lambda r: (workspace / "pid").exists() and r["steps"][0]["status"] == "running"
     )
-    pid = int((workspace / "pid").read_text())
+    [pid] = sleeping(duration)  # its pid on this host, not the one it has in its sandbox
     assert (await api.post(f"/v1/runs/{run_id}/cancel")).status_code == 202
     run = await wait_run(run_id)
     assert run["status"] == "cancelled"

@@ -26,6 +26,7 @@ from activities.tools import REGISTRY, build_tool_activities
 from longrun.contracts import SideEffect, ToolCall
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
+from tests.helpers import sleep_for, sleeping
 
 BAD_PATHS = ["/etc/passwd", "../escaped.txt", "a/../../escaped.txt", "~/escaped.txt"]
 
@@ -69,26 +70,6 @@ async def eventually(check: Callable[[], Any], failure: str) -> Any:
             return value
         await asyncio.sleep(0.02)
     raise AssertionError(failure)
-
-
-def sleep_for() -> str:
-    """A duration of `sleep` no other process uses: how a test finds the sandboxed process
-    among the host's (its pid inside the sandbox means nothing outside)."""
-    return f"30.{uuid.uuid4().int % 10**9:09d}"
-
-
-def sleeping(duration: str) -> list[int]:
-    """The host pids of `sleep <duration>` processes."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if cmdline == f"sleep\0{duration}\0".encode():
-                found.append(int(entry.name))
-    return found
 
 
 async def pid_of(duration: str) -> int:
