@@ -74,7 +74,8 @@ async def test_another_runs_workspace_and_the_data_directory_are_not_there(
     other.mkdir(parents=True)
     (other / "report.txt").write_text("another run's work")
     (cfg.data_dir / "artifacts").mkdir(parents=True)
-    script = f"cat {other}/report.txt; ls {cfg.data_dir}; ls {Path.cwd()}; cat /etc/shadow"
+    worker_file = Path("worker.py").resolve()
+    script = f"cat {other}/report.txt; ls {cfg.data_dir}; cat {worker_file}; cat /etc/shadow"
     out = await tools.run("shell", argv=sh(script), check=False)
     assert "another run's work" not in out["stdout"] and out["stdout"] == ""
     assert out["stderr"].count("No such file or directory") == 4, out["stderr"]

@@ -4,9 +4,10 @@ A command chosen by a model that read untrusted text runs inside bubblewrap:
 
 - its own user, PID, IPC, UTS, cgroup and network namespaces: it sees no process of the
   worker (its own `/proc`), and has no network at all (only loopback, empty);
-- a new root holding system directories read-only, the run's workspace read-write at
+- a new root holding system directories and the worker's Python environment (its
+  interpreter and packages, first on PATH) read-only, the run's workspace read-write at
   `/workspace` (its `.longrun/` of backups read-only), an empty `/tmp`: nothing of the
-  worker's data directory, other runs' workspaces, the worker's code or environment;
+  worker's data directory, other runs' workspaces, configuration or environment variables;
 - user 65534 inside, no capabilities, no further user namespaces, a new session (no
   terminal injection), killed with the step;
 - limits on CPU time, address space, file size and open files (rlimits, through
@@ -36,7 +37,9 @@ from typing import Literal
 from longrun.settings import Settings
 
 WORKSPACE = "/workspace"  # where the run's workspace is, seen from inside
-PATH = "/usr/local/bin:/usr/bin:/bin"
+# Commands find the worker's Python environment first: `python -m pytest` runs as it would
+# for a person in the project's environment.
+PATH = f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin"
 # System files a command may need; none holds a secret. All of /etc would include
 # /etc/shadow, readable inside when the worker runs as root (the files' owner).
 ETC = (
@@ -98,9 +101,8 @@ def limits_of(settings: Settings, timeout_s: float) -> Limits:
 
 
 def interpreter() -> str:
-    """The Python interpreter the `python` tool runs: the base one, not the worker's venv
-    (whose packages and code are the worker's files)."""
-    return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    """The Python interpreter the `python` tool runs: the worker's, with its packages."""
+    return sys.executable
 
 
 def _binds(workspace: Path) -> list[str]:
@@ -112,9 +114,9 @@ def _binds(workspace: Path) -> list[str]:
             args += ["--ro-bind", path, path]
     for path in ETC:
         args += ["--ro-bind-try", path, path]
-    prefix = Path(interpreter()).parent.parent
-    if not any(prefix.is_relative_to(p) for p in SYSTEM):  # pyenv, a custom build
-        args += ["--ro-bind", str(prefix), str(prefix)]
+    for prefix in dict.fromkeys(map(Path, (sys.base_prefix, sys.prefix))):
+        if not any(prefix.is_relative_to(p) for p in SYSTEM):  # a venv, pyenv, a custom build
+            args += ["--ro-bind", str(prefix), str(prefix)]
     backups = workspace / ".longrun"
     return [
         *args,
