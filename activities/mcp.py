@@ -41,6 +41,7 @@ from longrun.mcp_servers import (
     load_mcp_servers,
     split_name,
 )
+from longrun.policy import forbidding
 from longrun.settings import Settings
 
 log = logging.getLogger("longrun.mcp")
@@ -321,6 +322,9 @@ def build_mcp_activity(hub: McpHub, settings: Settings) -> Callable[..., Any]:
             raise fatal(f"no activity '{name}' on this worker")
         call = activity.payload_converter().from_payload(args[0].payload, ToolCall)
         with reported_with_attempt() as attempt:
+            refusal = forbidding(settings.policy_file, name.removeprefix("tool."))
+            if refusal is not None:
+                raise fatal(refusal, type="ToolForbidden")
             raw = await store.expanded(call.run_id, call.args)
             async with heartbeating():
                 output = await hub.call(name.removeprefix("tool."), raw, call.idempotency_key)

@@ -22,6 +22,7 @@ from activities.tools.registry import REGISTRY, ToolContext, call_redacted, work
 from activities.tools.workspace import confine
 from longrun.contracts import CheckRequest, Expect, ToolCheck, Verdict
 from longrun.plans import ReferenceError_, lookup
+from longrun.policy import forbidding
 from longrun.settings import Settings
 
 MAX_NOTE_CHARS = 2000
@@ -132,6 +133,9 @@ class VerifyActivities:
         spec = REGISTRY.get(check.tool)
         if spec is None:  # the API knew the tool; this worker does not
             raise fatal(f"no tool '{check.tool}' on this worker: run workers of the API's version")
+        refusal = forbidding(self._settings.policy_file, check.tool)
+        if refusal is not None:
+            raise fatal(refusal, type="ToolForbidden")
         args = dict(check.args)
         # A check wants to see failures, not to fail on them.
         for flag in ("check", "raise_for_status"):

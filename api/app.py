@@ -24,6 +24,7 @@ from api.openapi import describe_tools
 from api.routes import (
     approvals,
     artifacts,
+    decisions,
     events,
     health,
     metrics,
@@ -96,6 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.events = EventFeed(settings, prometheus.instrument(app))
     app.include_router(health.router)
     app.include_router(runs.router)
+    app.include_router(decisions.router)
     app.include_router(retries.router)
     app.include_router(schedules.router)
     app.include_router(events.router)

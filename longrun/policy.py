@@ -31,6 +31,7 @@ what is allowed. Pure code, so the workflow evaluates it on the arguments a call
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import tomllib
 from pathlib import Path
@@ -149,6 +150,21 @@ class Policy(BaseModel):
 
 class PolicyError(ValueError):
     """The policy file cannot be used; the message says why."""
+
+
+@functools.cache
+def policy_in_force(path: Path | None) -> Policy:
+    """The policy a worker enforces where calls happen: the file as it read it first."""
+    return load_policy(path)
+
+
+def forbidding(path: Path | None, tool: str) -> str | None:
+    """Why the policy in force forbids calling `tool` at all, or None. Checked by the
+    activity, whatever policy the run was started with: a retry, a fork, a schedule's
+    run or a run started before the policy changed calls only what is allowed now."""
+    if policy_in_force(path).allows(tool):
+        return None
+    return f"the policy in force forbids the tool '{tool}' (LONGRUN_POLICY_FILE)"
 
 
 def load_policy(path: Path | None) -> Policy:

@@ -21,6 +21,7 @@ from activities.artifacts import store_for
 from activities.errors import fatal, reported_with_attempt
 from activities.heartbeat import heartbeating
 from longrun.contracts import RUN_FOLDER_PATTERN, SecretGrant, SideEffect, ToolCall, ToolResult
+from longrun.policy import forbidding
 from longrun.settings import Settings
 
 _RUN_ID = re.compile(RUN_FOLDER_PATTERN)
@@ -197,6 +198,9 @@ def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
     def bind(spec: ToolSpec) -> Callable[..., Any]:
         async def run_tool(call: ToolCall) -> ToolResult:
             with reported_with_attempt() as attempt:
+                refusal = forbidding(settings.policy_file, spec.name)
+                if refusal is not None:
+                    raise fatal(refusal, type="ToolForbidden")
                 # References to big outputs of earlier steps become their content again.
                 raw = await store.expanded(call.run_id, call.args)
                 args = spec.args_model.model_validate(raw)

@@ -13,7 +13,7 @@ from temporalio.service import RPCError
 
 from api.auth import Reader
 from api.deps import SettingsDep, TemporalClient
-from api.routes.runs import WORKFLOW_TYPE, LabelFilter, query_state, run_links
+from api.reading import WORKFLOW_TYPE, LabelFilter, query_state, run_links
 from api.schemas import Links, answers
 from longrun.contracts import ApprovalKind
 

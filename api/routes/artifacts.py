@@ -19,7 +19,7 @@ from activities.artifacts import store_for
 from activities.tools.workspace import confine
 from api.auth import Admin, Reader
 from api.deps import SettingsDep, TemporalClient
-from api.routes.runs import describe_run
+from api.reading import describe_run
 from api.schemas import answers
 from longrun.settings import Settings
 

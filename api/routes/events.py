@@ -29,7 +29,7 @@ from temporalio.service import RPCError
 from api.auth import Reader
 from api.deps import SettingsDep, TemporalClient
 from api.feed import POLL_S, EventFeed
-from api.routes.runs import describe_run, fail_validation, stored_part
+from api.reading import describe_run, fail_validation, stored_part
 from api.schemas import answers
 from longrun.contracts import EventPage, RunEvent
 from longrun.settings import Settings

@@ -13,7 +13,7 @@ from temporalio.client import WorkflowExecution
 
 from api.auth import Reader
 from api.deps import TemporalClient
-from api.routes.runs import WORKFLOW_TYPE, LabelFilter, fail_validation, run_status
+from api.reading import WORKFLOW_TYPE, LabelFilter, fail_validation, run_status
 from api.schemas import answers
 from longrun.contracts import RunFigures
 

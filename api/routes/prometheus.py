@@ -18,7 +18,7 @@ from temporalio.service import RPCError
 
 from api.auth import Reader
 from api.deps import Gateway, TemporalGateway
-from api.routes.runs import WORKFLOW_TYPE, run_status
+from api.reading import WORKFLOW_TYPE, run_status
 from api.schemas import answers
 
 log = logging.getLogger("longrun.api")

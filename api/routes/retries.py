@@ -18,16 +18,16 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHand
 
 from activities.artifacts import store_for
 from activities.tools.toolbox import toolbox
+from api.admission import start_run
 from api.auth import Principal, Submitter
 from api.deps import McpHubDep, PolicyDep, SettingsDep, TemporalClient
 from api.mcp_tools import mcp_tools_for, plan_tools
-from api.routes.runs import (
+from api.reading import (
     describe_run,
     fail_validation,
     query_run,
     run_links,
     run_status_of,
-    start_run,
     stored_part,
 )
 from api.schemas import RunCreated, answers

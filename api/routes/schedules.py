@@ -27,19 +27,18 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.auth import Operator, Reader, Submitter
-from api.deps import Gateway, McpHubDep, PolicyDep, SettingsDep, TemporalClient
-from api.pages import unwrap_token, wrap_token
-from api.routes.runs import (
-    fail_validation,
+from api.admission import (
     fresh_id,
     run_details,
     run_input,
-    run_links,
     run_memo,
     run_search_attributes,
     secrets_named,
 )
+from api.auth import Operator, Reader, Submitter
+from api.deps import Gateway, McpHubDep, PolicyDep, SettingsDep, TemporalClient
+from api.pages import unwrap_token, wrap_token
+from api.reading import fail_validation, run_links
 from api.schemas import Links, answers
 from longrun import wire
 from longrun.contracts import LabelKey, LabelValue, RunRequest

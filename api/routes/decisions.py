@@ -1,0 +1,257 @@
+"""Decisions about a run: approve or reject a gated step, cancel, pause, resume, change its
+budget. Each is taken exactly once: the caller whose decision won gets 2xx, every other 409."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+from fastapi import APIRouter, HTTPException
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowHandle,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.auth import Approver, Operator, Principal, Submitter
+from api.deps import SettingsDep, TemporalClient
+from api.reading import (
+    describe_run,
+    invalid,
+    query_state,
+    query_until,
+    run_status_of,
+)
+from api.schemas import (
+    Accepted,
+    CancelRequest,
+    DecisionRequest,
+    ReasonRequest,
+    RunDetail,
+    answers,
+)
+from longrun import wire
+from longrun.contracts import (
+    FINAL_RUN_STATUSES,
+    ApprovalDecision,
+    BudgetChange,
+    CancelNote,
+    ControlRequest,
+    Limits,
+    RequestOutcome,
+)
+from longrun.plans import (
+    check_limits,
+)
+from longrun.settings import Role
+
+# A label filter: a label key and value as runs carry them, joined by a colon.
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=answers(401, 403, 503))
+
+# How long a request to a run (a decision, a pause...) may take to be taken or refused.
+REQUEST_WAIT_S = 20.0
+REQUEST_POLL_S = 0.05
+
+
+def request_id() -> str:
+    return f"req-{uuid.uuid4().hex}"
+
+
+@router.post("/{run_id}/approvals/{approval_id}", status_code=202, responses=answers(404, 409))
+async def decide_approval(
+    run_id: str,
+    approval_id: str,
+    body: DecisionRequest,
+    client: TemporalClient,
+    settings: SettingsDep,
+    caller: Approver,
+) -> Accepted:
+    """Approve or reject a gated step. Exactly one decision on a request is taken: every
+    other caller gets 409 naming the decision that won."""
+    handle, desc = await describe_run(client, run_id)
+    if run_status_of(desc) in FINAL_RUN_STATUSES:
+        await _ended_decision(handle, run_id, approval_id)
+    # Without API keys everyone is the same local caller, so four eyes cannot apply.
+    four_eyes = settings.four_eyes and bool(settings.api_keys)
+    if four_eyes and await desc.memo_value("owner", None) == caller.name:
+        raise HTTPException(403, "four-eyes rule: approve steps of runs you did not start")
+    decision = ApprovalDecision(
+        approval_id=approval_id,
+        decision=body.decision,
+        comment=body.comment,
+        actor=caller.name,
+        request_id=request_id(),
+    )
+    # The run takes a decision on a request it has not asked for (yet) once it does; so an
+    # approval the run never asked for is refused here.
+    state = await query_state(handle)
+    own = [a for a in [*state.pending_approvals, *state.approvals] if a.run_id is None]
+    known = {a.approval_id for a in own}
+    if approval_id not in known and approval_id not in state.approvals_archived:
+        child = _asking_child(state, run_id, approval_id)
+        return await decide_approval(child, approval_id, body, client, settings, caller)
+    ended = partial(_ended_decision, handle, run_id, approval_id)
+    await _ask(handle, run_id, wire.DECIDE, decision, ended=ended)
+    return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' taken")
+
+
+def _asking_child(state: RunDetail, run_id: str, approval_id: str) -> str:
+    """The child run that asks for an approval its parent lists; 404 if none does, 409 if
+    several do (decide it on the child run)."""
+    asking = [
+        a.run_id
+        for a in state.pending_approvals
+        if a.run_id is not None and a.approval_id == approval_id
+    ]
+    if not asking:
+        raise HTTPException(404, f"run '{run_id}' has no approval '{approval_id}'")
+    if len(asking) > 1:
+        raise HTTPException(
+            409,
+            f"child runs {', '.join(asking)} each ask for '{approval_id}': "
+            "decide it on the child run",
+        )
+    return asking[0]
+
+
+async def _ended_decision(handle: WorkflowHandle[Any, Any], run_id: str, approval_id: str) -> None:
+    """Refuse a decision on an ended run: 404 for an approval it never asked for, else
+    409 naming the decision taken, if one was."""
+    state = await query_state(handle)
+    record = next((a for a in state.approvals if a.approval_id == approval_id), None)
+    decided = ""
+    if approval_id in state.approvals_archived:
+        decided = f"approval '{approval_id}' was already decided (see the audit trail); "
+    elif record is None:
+        raise HTTPException(404, f"run '{run_id}' has no approval '{approval_id}'")
+    elif record.decision is not None:
+        decided = f"approval '{approval_id}' was already decided: {record.decision} by "
+        decided += f"{record.decided_by}; "
+    raise HTTPException(409, f"{decided}run '{run_id}' has already ended")
+
+
+async def _ask(
+    handle: WorkflowHandle[Any, Any],
+    run_id: str,
+    signal: str,
+    request: Any,
+    *,
+    ended: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Send a run a request (a signal carrying `request.request_id`) and wait until the run
+    took or refused it: its refusal is 404 (no such approval) or 409, a run that ended
+    before it 409 (or what `ended` raises), no worker taking it in time 503."""
+    try:
+        await handle.signal(signal, request)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            if ended is not None:
+                await ended()
+            raise HTTPException(409, f"run '{run_id}' has already ended") from None
+        raise
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + REQUEST_WAIT_S
+    while (left := deadline - loop.time()) > 0:
+        answered, outcome = await query_until(
+            handle, wire.OUTCOME, RequestOutcome, request.request_id, wait_s=left
+        )
+        if answered and outcome is not None:
+            if outcome.taken:
+                return
+            code = 404 if outcome.kind == "UnknownApproval" else 409
+            raise HTTPException(code, outcome.message or "refused")
+        await asyncio.sleep(REQUEST_POLL_S)
+    raise HTTPException(
+        503,
+        "the run has the request but no longrun worker took it in time (is a worker "
+        "running?); it is taken or refused when one does: see the run's status",
+    )
+
+
+@router.post("/{run_id}/cancel", status_code=202, responses=answers(404, 409))
+async def cancel_run(
+    run_id: str, client: TemporalClient, caller: Submitter, body: CancelRequest | None = None
+) -> Accepted:
+    """Cancel a run; running activities are cancelled through their heartbeats."""
+    handle, _ = await _live_run(client, run_id, caller, "cancel", others="admin")
+    compensate = body.compensate if body else False
+    try:
+        await handle.signal(wire.CANCELLING, CancelNote(actor=caller.name, compensate=compensate))
+        await handle.cancel()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:  # it ended since we looked
+            raise HTTPException(409, f"run '{run_id}' has already ended") from None
+        raise
+    return Accepted(run_id=run_id, detail="cancellation requested")
+
+
+async def _live_run(
+    client: Client, run_id: str, caller: Principal, action: str, others: Role
+) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription]:
+    """A run that has not ended, which `caller` may `action`: as its owner, or holding the
+    role `others` that acts on anyone's runs."""
+    handle, desc = await describe_run(client, run_id)
+    if not caller.may(others) and await desc.memo_value("owner", None) != caller.name:
+        raise HTTPException(403, f"submitters may {action} only the runs they started")
+    if (status := run_status_of(desc)) in FINAL_RUN_STATUSES:
+        raise HTTPException(409, f"run '{run_id}' has already ended ({status})")
+    return handle, desc
+
+
+@router.post("/{run_id}/pause", status_code=202, responses=answers(404, 409))
+async def pause_run(
+    run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
+) -> Accepted:
+    """Pause a run: the call in flight finishes, then it waits for `resume`."""
+    return await _control(client, run_id, caller, body, "pause", wire.PAUSE)
+
+
+@router.post("/{run_id}/resume", status_code=202, responses=answers(404, 409))
+async def resume_run(
+    run_id: str, client: TemporalClient, caller: Operator, body: ReasonRequest | None = None
+) -> Accepted:
+    """Resume a run paused on request (a budget pause needs a bigger budget)."""
+    return await _control(client, run_id, caller, body, "resume", wire.RESUME)
+
+
+async def _control(
+    client: Client,
+    run_id: str,
+    caller: Principal,
+    body: ReasonRequest | None,
+    action: str,
+    signal: str,
+) -> Accepted:
+    handle, _ = await _live_run(client, run_id, caller, action, others="approver")
+    reason = body.reason if body else None
+    request = ControlRequest(actor=caller.name, reason=reason, request_id=request_id())
+    await _ask(handle, run_id, signal, request)
+    return Accepted(run_id=run_id, detail=f"{action} taken")
+
+
+@router.post("/{run_id}/budget", status_code=202, responses=answers(404, 409))
+async def change_budget(
+    run_id: str, body: Limits, client: TemporalClient, settings: SettingsDep, caller: Approver
+) -> Accepted:
+    """Change a run's limits (within the server's ceilings); a budget pause then lifts."""
+    errors = check_limits(body, settings.budget_ceilings, ("body",))
+    if errors:
+        raise invalid(errors)
+    handle, desc = await _live_run(
+        client, run_id, caller, "change the budget of", others="approver"
+    )
+    parent = await desc.memo_value("parent_run_id", None)
+    if parent is not None:
+        raise HTTPException(
+            409,
+            f"run '{run_id}' is a child run: its budget is carved out of its parent's; "
+            f"change the budget of '{parent}' instead",
+        )
+    change = BudgetChange(limits=body, actor=caller.name, request_id=request_id())
+    await _ask(handle, run_id, wire.SET_BUDGET, change)
+    return Accepted(run_id=run_id, detail="budget change taken")
