@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import httpx
+from fastapi import HTTPException
 from temporalio.client import (
     Client,
 )
@@ -156,12 +157,12 @@ def run_details(inp: RunInput) -> str:
 def run_search_attributes(inp: RunInput) -> TypedSearchAttributes:
     """What a run is found by from its start: its status (running), its labels, the run
     it retries or forks."""
-    return start_attributes(inp.labels, inp.reuse.run_id if inp.reuse else None)
+    return start_attributes(inp.labels, inp.reuse.run_id if inp.reuse else None, inp.tenant)
 
 
 def run_memo(inp: RunInput, **more: Any) -> dict[str, Any]:
     """What a run's memo holds from its start: its goal, labels and owner (and `more`)."""
-    return start_memo(inp.goal, inp.labels, inp.owner, **more)
+    return start_memo(inp.goal, inp.labels, inp.owner, inp.tenant, **more)
 
 
 def fresh_id(prefix: str, namespace: uuid.UUID, caller: str, key: str | None) -> str:
@@ -188,3 +189,29 @@ async def start_run(client: Client, settings: Settings, inp: RunInput, **memo: A
         static_summary=inp.goal,
         static_details=run_details(inp),
     )
+
+
+def under_policy_in_force(inp: RunInput, again: set[str] | None, policy: Policy) -> RunInput:
+    """`inp`, to start again (a retry, a fork), under the policy in force rather than the one
+    it was first started with: 403 naming what that policy refuses among the steps that run
+    again (`again`, their ids; None: all) or the agent's tools; else its approvals worked
+    out again and its policy replaced."""
+    tools = toolbox(inp.mcp_tools)
+    update: dict[str, Any] = {"config": inp.config.model_copy(update={"policy": policy})}
+    refused: list[str] = []
+    if inp.plan is not None:
+        ids = [s.id for s in inp.plan.steps]
+        for error in validate_plan(inp.plan, tools, policy):
+            at = error.loc[3] if len(error.loc) > 3 and isinstance(error.loc[3], int) else None
+            step = ids[at] if at is not None and at < len(ids) else None
+            if again is None or step is None or step in again:
+                refused.append(f"step {step}: {error.msg}" if step else error.msg)
+        if not refused:
+            update["plan"] = normalize_plan(inp.plan, tools, policy)
+    if inp.agent is not None:
+        refused += [f"tool {t}: not allowed" for t in inp.agent.tools if not policy.allows(t)]
+    if refused:
+        raise HTTPException(
+            403, "the policy in force refuses what this run would do: " + "; ".join(refused)
+        )
+    return inp.model_copy(update=update)

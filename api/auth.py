@@ -1,16 +1,15 @@
 """Who is calling: API keys (stored as SHA-256 hashes in settings) and their roles.
 
-Roles: `viewer` reads, `submitter` starts runs and cancels its own, `approver` decides
-approvals, `admin` may do everything. Secrets are granted apart from roles: a key's runs may
-name only the secrets the key lists. With no keys configured the API answers loopback
-clients only, each as a local admin who may name every secret.
+A key has roles (`viewer`, `submitter`, `approver`, `admin`), may belong to a tenant, and is
+granted secrets apart from its roles: a key's runs may use only the secrets the key lists.
+What each may do to which resource is api/access.py's to decide. With no keys configured the
+API answers loopback clients only, each as a local admin who may use every secret.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
@@ -26,6 +25,7 @@ class Principal(BaseModel):
     name: str
     roles: frozenset[Role]
     secrets: frozenset[str] = frozenset()
+    tenant: str | None = None
 
     def may(self, *roles: Role) -> bool:
         """Whether the caller holds one of `roles` (admins hold them all)."""
@@ -34,7 +34,7 @@ class Principal(BaseModel):
     def as_owner(self) -> dict[str, Any]:
         """What a run this caller starts records of it: its owner and the secrets it may
         use (the grant its every tool call carries)."""
-        return {"owner": self.name, "secrets": sorted(self.secrets)}
+        return {"owner": self.name, "secrets": sorted(self.secrets), "tenant": self.tenant}
 
     def ungranted(self, names: list[str]) -> list[str]:
         """The secrets among `names` this caller's runs may not name."""
@@ -111,33 +111,12 @@ def principal_of(request: Request, settings: Settings) -> Principal:
         for key in settings.api_keys:
             if hmac.compare_digest(digest, key.sha256):
                 return Principal(
-                    name=key.name, roles=frozenset(key.roles), secrets=frozenset(key.secrets)
+                    name=key.name,
+                    roles=frozenset(key.roles),
+                    secrets=frozenset(key.secrets),
+                    tenant=key.tenant,
                 )
     raise HTTPException(401, "a valid API key is required", headers={"WWW-Authenticate": "Bearer"})
 
 
 Caller = Annotated[Principal, Depends(authenticate)]
-
-
-def _admits(*roles: Role) -> Callable[[Principal], Awaitable[Principal]]:
-    async def check(caller: Caller) -> Principal:
-        if not caller.may(*roles):
-            raise HTTPException(403, f"this needs the role {' or '.join(roles)} (or admin)")
-        return caller
-
-    return check
-
-
-async def _admin_only(caller: Caller) -> Principal:
-    if "admin" not in caller.roles:
-        raise HTTPException(403, "this needs the role admin")
-    return caller
-
-
-Reader = Annotated[Principal, Depends(_admits("viewer", "submitter", "approver"))]
-Submitter = Annotated[Principal, Depends(_admits("submitter"))]
-Approver = Annotated[Principal, Depends(_admits("approver"))]
-# Pause and resume: submitters on their own runs, approvers on any.
-Operator = Annotated[Principal, Depends(_admits("submitter", "approver"))]
-# What destroys stored data nobody else can restore.
-Admin = Annotated[Principal, Depends(_admin_only)]

@@ -9,6 +9,8 @@ from collections import OrderedDict
 from fastapi import Request
 
 ENDED_CACHE_BYTES = 32 * 1024 * 1024
+# Whom a kept run belongs to (owner, tenant), so that reading it again is checked as well.
+Owners = tuple[str, str | None]
 
 
 class EndedRuns:
@@ -17,29 +19,30 @@ class EndedRuns:
 
     def __init__(self, max_bytes: int = ENDED_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
-        self._bodies: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self._bodies: OrderedDict[str, tuple[str, bytes, Owners]] = OrderedDict()
         self._bytes = 0
 
     def __contains__(self, run_id: str) -> bool:
         return run_id in self._bodies
 
-    def body(self, run_id: str, execution: str) -> bytes | None:
-        """The body kept for this run if it is of that execution (a reset starts another)."""
+    def body(self, run_id: str, execution: str) -> tuple[bytes, Owners] | None:
+        """The body kept for this run, and whom the run belongs to, if it is of that
+        execution (a reset starts another)."""
         kept = self._bodies.get(run_id)
         if kept is None or kept[0] != execution:
             return None
         self._bodies.move_to_end(run_id)
-        return kept[1]
+        return kept[1], kept[2]
 
-    def keep(self, run_id: str, execution: str, body: bytes) -> None:
+    def keep(self, run_id: str, execution: str, body: bytes, owners: Owners) -> None:
         """Keep the body of a run Temporal has closed."""
         if len(body) > self.max_bytes:
             return
         self.forget(run_id)
-        self._bodies[run_id] = (execution, body)
+        self._bodies[run_id] = (execution, body, owners)
         self._bytes += len(body)
         while self._bytes > self.max_bytes:
-            _, (_, dropped) = self._bodies.popitem(last=False)
+            _, (_, dropped, _) = self._bodies.popitem(last=False)
             self._bytes -= len(dropped)
 
     def forget(self, run_id: str) -> None:

@@ -17,6 +17,8 @@ COST_ATTRIBUTE = SearchAttributeKey.for_float("LongrunCostUsd")
 PENDING_ATTRIBUTE = SearchAttributeKey.for_int("LongrunPendingApprovals")
 # Set at the start of a retry or fork: the run it starts again, whose audit then names it.
 RETRY_OF_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunRetryOf")
+# The tenant of the key that started the run (unset: no tenant); lists filter by it.
+TENANT_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunTenant")
 
 _KEYS: list[SearchAttributeKey[Any]] = [
     STATUS_ATTRIBUTE,
@@ -27,6 +29,7 @@ _KEYS: list[SearchAttributeKey[Any]] = [
     COST_ATTRIBUTE,
     PENDING_ATTRIBUTE,
     RETRY_OF_ATTRIBUTE,
+    TENANT_ATTRIBUTE,
 ]
 # As the `temporal` CLI names each type.
 _CLI_NAMES = {"KEYWORD": "Keyword", "KEYWORD_LIST": "KeywordList", "INT": "Int", "DOUBLE": "Double"}
@@ -46,9 +49,11 @@ def search_attribute_flags() -> list[str]:
     return flags
 
 
-def start_attributes(labels: dict[str, str], retry_of: str | None = None) -> TypedSearchAttributes:
-    """What a run is found by from its start: its status (running), its labels and, for a
-    retry or fork, the run it starts again."""
+def start_attributes(
+    labels: dict[str, str], retry_of: str | None = None, tenant: str | None = None
+) -> TypedSearchAttributes:
+    """What a run is found by from its start: its status (running), its labels, its
+    tenant if it has one and, for a retry or fork, the run it starts again."""
     listed = [f"{k}:{v}" for k, v in sorted(labels.items())]
     pairs: list[SearchAttributePair[Any]] = [
         SearchAttributePair(STATUS_ATTRIBUTE, "running"),
@@ -56,9 +61,15 @@ def start_attributes(labels: dict[str, str], retry_of: str | None = None) -> Typ
     ]
     if retry_of is not None:
         pairs.append(SearchAttributePair(RETRY_OF_ATTRIBUTE, retry_of))
+    if tenant is not None:
+        pairs.append(SearchAttributePair(TENANT_ATTRIBUTE, tenant))
     return TypedSearchAttributes(pairs)
 
 
-def start_memo(goal: str, labels: dict[str, str], owner: str, **more: Any) -> dict[str, Any]:
-    """What a run's memo holds from its start: its goal, labels and owner (and `more`)."""
-    return {"goal": goal, "labels": labels, "owner": owner, **more}
+def start_memo(
+    goal: str, labels: dict[str, str], owner: str, tenant: str | None = None, **more: Any
+) -> dict[str, Any]:
+    """What a run's memo holds from its start: its goal, labels, owner and tenant (and
+    `more`)."""
+    memo = {"goal": goal, "labels": labels, "owner": owner, **more}
+    return memo if tenant is None else {**memo, "tenant": tenant}

@@ -68,6 +68,7 @@ def child_input(
         "owner": parent.owner,
         # A child may use at most what its parent may, however its plan came to be.
         "secrets": grant_of(parent).names,
+        "tenant": parent.tenant,
         "budget": budget,
         "mcp_tools": parent.mcp_tools,
         "parent_run_id": parent.run_id,

@@ -35,6 +35,8 @@ class ApiKey(BaseModel):
     # The secrets (LONGRUN_SECRETS names) runs submitted with this key may name; "*" for
     # all. None by default, whatever the roles.
     secrets: list[str] = Field(default_factory=list)
+    # A key of a tenant sees only its tenant's runs, schedules, approvals and metrics.
+    tenant: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,100}$")
 
 
 def hash_key(key: str) -> str:

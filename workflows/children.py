@@ -98,8 +98,12 @@ class Children:
                 id=run_id,
                 result_type=RunResult,
                 parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-                search_attributes=start_attributes(inp.labels) if searchable() else None,
-                memo=start_memo(inp.goal, inp.labels, inp.owner, parent_run_id=self._inp.run_id),
+                search_attributes=start_attributes(inp.labels, tenant=inp.tenant)
+                if searchable()
+                else None,
+                memo=start_memo(
+                    inp.goal, inp.labels, inp.owner, inp.tenant, parent_run_id=self._inp.run_id
+                ),
                 static_summary=cut(spec.goal, SUMMARY_CHARS),
             )
             result: RunResult = await handle

@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from api.auth import Reader
+from api import access
+from api.access import Reader
 from api.deps import SettingsDep, TemporalClient
 from api.reading import WORKFLOW_TYPE, LabelFilter, query_state, run_links
 from api.schemas import Links, answers
@@ -65,7 +66,9 @@ async def list_approvals(
     """Approvals waiting for a person across runs, oldest first: each with its run, goal,
     what will run and why it is gated. Decide one with
     `POST /v1/runs/{run_id}/approvals/{approval_id}`."""
-    query = " AND ".join([WAITING, *(f"LongrunLabels = '{item}'" for item in label or [])])
+    query = access.with_visible(
+        caller, " AND ".join([WAITING, *(f"LongrunLabels = '{item}'" for item in label or [])])
+    )
     listing = client.list_workflows(query, page_size=max_runs, limit=max_runs + 1)
     runs = [wf async for wf in listing]
     truncated = len(runs) > max_runs

@@ -17,9 +17,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities.artifacts import store_for
 from activities.tools.workspace import confine
-from api.auth import Admin, Reader
+from api import access
+from api.access import Admin, Reader
 from api.deps import SettingsDep, TemporalClient
-from api.reading import describe_run
 from api.schemas import answers
 from longrun.settings import Settings
 
@@ -57,7 +57,7 @@ async def list_artifacts(
     run_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> ArtifactList:
     """Stored outputs (`sha256:…`) and deliverables (`out/…`) of a run."""
-    await describe_run(client, run_id)
+    await access.run_for(client, caller, "read", run_id)
     # The store may be a bucket across the network and the workspace a shared volume:
     # neither is read on the event loop.
     return await run_in_threadpool(_listing, settings, run_id)
@@ -89,7 +89,7 @@ async def get_artifact(
     run_id: str, name: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> Response:
     """Download one artifact, with its content type (always as an attachment)."""
-    await describe_run(client, run_id)
+    await access.run_for(client, caller, "read", run_id)
     try:
         if re.fullmatch(r"sha256:[0-9a-f]{64}", name):
             data = await run_in_threadpool(store_for(settings).get, run_id, name)
@@ -127,7 +127,7 @@ async def delete_artifacts(
     run_id: str, client: TemporalClient, settings: SettingsDep, caller: Admin
 ) -> Deleted:
     """Delete an ended run's stored outputs (`sha256:…`); its `out/` deliverables stay."""
-    _, desc = await describe_run(client, run_id)
+    _, desc = await access.run_for(client, caller, "delete", run_id)
     # An open run may still read its outputs through references (and continue-as-new
     # carries them), so deleting them would break it.
     if desc.status == WorkflowExecutionStatus.RUNNING:

@@ -17,10 +17,11 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.auth import Approver, Operator, Principal, Submitter
+from api import access
+from api.access import Approver, Canceller, Operator
+from api.auth import Principal
 from api.deps import SettingsDep, TemporalClient
 from api.reading import (
-    describe_run,
     invalid,
     query_state,
     query_until,
@@ -47,7 +48,6 @@ from longrun.contracts import (
 from longrun.plans import (
     check_limits,
 )
-from longrun.settings import Role
 
 # A label filter: a label key and value as runs carry them, joined by a colon.
 
@@ -73,12 +73,12 @@ async def decide_approval(
 ) -> Accepted:
     """Approve or reject a gated step. Exactly one decision on a request is taken: every
     other caller gets 409 naming the decision that won."""
-    handle, desc = await describe_run(client, run_id)
+    handle, desc = await access.run_for(client, caller, "decide", run_id)
     if run_status_of(desc) in FINAL_RUN_STATUSES:
         await _ended_decision(handle, run_id, approval_id)
     # Without API keys everyone is the same local caller, so four eyes cannot apply.
     four_eyes = settings.four_eyes and bool(settings.api_keys)
-    if four_eyes and await desc.memo_value("owner", None) == caller.name:
+    if four_eyes and (await access.holder_of(desc)).owner == caller.name:
         raise HTTPException(403, "four-eyes rule: approve steps of runs you did not start")
     decision = ApprovalDecision(
         approval_id=approval_id,
@@ -175,10 +175,10 @@ async def _ask(
 
 @router.post("/{run_id}/cancel", status_code=202, responses=answers(404, 409))
 async def cancel_run(
-    run_id: str, client: TemporalClient, caller: Submitter, body: CancelRequest | None = None
+    run_id: str, client: TemporalClient, caller: Canceller, body: CancelRequest | None = None
 ) -> Accepted:
     """Cancel a run; running activities are cancelled through their heartbeats."""
-    handle, _ = await _live_run(client, run_id, caller, "cancel", others="admin")
+    handle, _ = await _live_run(client, run_id, caller, "cancel")
     compensate = body.compensate if body else False
     try:
         await handle.signal(wire.CANCELLING, CancelNote(actor=caller.name, compensate=compensate))
@@ -191,13 +191,10 @@ async def cancel_run(
 
 
 async def _live_run(
-    client: Client, run_id: str, caller: Principal, action: str, others: Role
+    client: Client, run_id: str, caller: Principal, action: access.Action
 ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription]:
-    """A run that has not ended, which `caller` may `action`: as its owner, or holding the
-    role `others` that acts on anyone's runs."""
-    handle, desc = await describe_run(client, run_id)
-    if not caller.may(others) and await desc.memo_value("owner", None) != caller.name:
-        raise HTTPException(403, f"submitters may {action} only the runs they started")
+    """A run that has not ended, which `caller` may `action`."""
+    handle, desc = await access.run_for(client, caller, action, run_id)
     if (status := run_status_of(desc)) in FINAL_RUN_STATUSES:
         raise HTTPException(409, f"run '{run_id}' has already ended ({status})")
     return handle, desc
@@ -227,7 +224,7 @@ async def _control(
     action: str,
     signal: str,
 ) -> Accepted:
-    handle, _ = await _live_run(client, run_id, caller, action, others="approver")
+    handle, _ = await _live_run(client, run_id, caller, "pause")
     reason = body.reason if body else None
     request = ControlRequest(actor=caller.name, reason=reason, request_id=request_id())
     await _ask(handle, run_id, signal, request)
@@ -242,9 +239,7 @@ async def change_budget(
     errors = check_limits(body, settings.budget_ceilings, ("body",))
     if errors:
         raise invalid(errors)
-    handle, desc = await _live_run(
-        client, run_id, caller, "change the budget of", others="approver"
-    )
+    handle, desc = await _live_run(client, run_id, caller, "budget")
     parent = await desc.memo_value("parent_run_id", None)
     if parent is not None:
         raise HTTPException(

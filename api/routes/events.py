@@ -26,10 +26,11 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
-from api.auth import Reader
+from api import access
+from api.access import Reader
 from api.deps import SettingsDep, TemporalClient
 from api.feed import POLL_S, EventFeed
-from api.reading import describe_run, fail_validation, stored_part
+from api.reading import fail_validation, stored_part
 from api.schemas import answers
 from longrun.contracts import EventPage, RunEvent
 from longrun.settings import Settings
@@ -68,7 +69,7 @@ async def stream_events(
 ) -> EventSourceResponse:
     """The run's events as they happen, from the first (or after `Last-Event-ID` /
     `after`); the stream closes after the run's last event."""
-    handle, desc = await describe_run(client, run_id)
+    handle, desc = await access.run_for(client, caller, "read", run_id)
     final = await _final_page(settings, run_id, desc)
     start = after or 0
     if last_event_id is not None:
@@ -104,7 +105,7 @@ async def page_events(
 ) -> EventsPage:
     """The run's events after `after` as one JSON page, for clients that cannot read a
     stream: waits up to `wait_s` for the first new one (a long poll)."""
-    handle, desc = await describe_run(client, run_id)
+    handle, desc = await access.run_for(client, caller, "read", run_id)
     final = await _final_page(settings, run_id, desc)
     feed: EventFeed = request.app.state.events
     found: list[RunEvent] = []

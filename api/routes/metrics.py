@@ -11,7 +11,8 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 from temporalio.client import WorkflowExecution
 
-from api.auth import Reader
+from api import access
+from api.access import Reader
 from api.deps import TemporalClient
 from api.reading import WORKFLOW_TYPE, LabelFilter, fail_validation, run_status
 from api.schemas import answers
@@ -95,10 +96,13 @@ async def task_metrics(
         raise fail_validation(("query", "since"), "`since` is after `until`")
     labels = [f"LongrunLabels = '{item}'" for item in label or []]
     window = f"CloseTime BETWEEN '{_iso(start)}' AND '{_iso(end)}'"
-    query = " AND ".join([f"WorkflowType = '{WORKFLOW_TYPE}'", ENDED, window, *labels])
+    query = access.with_visible(
+        caller, " AND ".join([f"WorkflowType = '{WORKFLOW_TYPE}'", ENDED, window, *labels])
+    )
     ended = [wf async for wf in client.list_workflows(query, limit=MAX_RUNS + 1)]
-    live_query = " AND ".join(
-        [f"WorkflowType = '{WORKFLOW_TYPE}'", "ExecutionStatus = 'Running'", *labels]
+    live_query = access.with_visible(
+        caller,
+        " AND ".join([f"WorkflowType = '{WORKFLOW_TYPE}'", "ExecutionStatus = 'Running'", *labels]),
     )
     live = (await client.count_workflows(live_query)).count
     return await _measure(ended[:MAX_RUNS], start, end, live, truncated=len(ended) > MAX_RUNS)

@@ -16,7 +16,8 @@ from prometheus_fastapi_instrumentator import Instrumentator
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from api.auth import Reader
+from api import access
+from api.access import Reader
 from api.deps import Gateway, TemporalGateway
 from api.reading import WORKFLOW_TYPE, run_status
 from api.schemas import answers
@@ -110,7 +111,9 @@ async def prometheus_metrics(
 ) -> Response:
     """Prometheus metrics: the API's requests (`http_*`) and runs by status
     (`longrun_runs`); scrape with an API key as a bearer token. While Temporal does not
-    answer, `longrun_temporal_reachable` is 0 and the run counts are left out."""
+    answer, `longrun_temporal_reachable` is 0 and the run counts are left out. Counts are
+    of every tenant's runs: not for a key of a tenant."""
+    access.server_wide(caller)
     await request.app.state.run_gauges.refresh(gateway)
     encoder, content_type = choose_encoder(accept or "")
     return Response(encoder(request.app.state.prometheus), media_type=content_type)

@@ -18,12 +18,13 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHand
 
 from activities.artifacts import store_for
 from activities.tools.toolbox import toolbox
-from api.admission import start_run
-from api.auth import Principal, Submitter
+from api import access
+from api.access import Submitter
+from api.admission import start_run, under_policy_in_force
+from api.auth import Principal
 from api.deps import McpHubDep, PolicyDep, SettingsDep, TemporalClient
 from api.mcp_tools import mcp_tools_for, plan_tools
 from api.reading import (
-    describe_run,
     fail_validation,
     query_run,
     run_links,
@@ -48,7 +49,7 @@ from longrun.contracts import (
     StepQuery,
     StepState,
 )
-from longrun.plans import ReferenceError_, normalize_plan, resolve, validate_plan
+from longrun.plans import ReferenceError_, resolve, validate_plan
 from longrun.settings import Settings
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=answers(401, 403, 503))
@@ -93,18 +94,28 @@ class ForkRequest(BaseModel):
 
 @router.post("/{run_id}/retry", status_code=202, responses=answers(404, 409))
 async def retry_run(
-    run_id: str, client: TemporalClient, settings: SettingsDep, caller: Submitter
+    run_id: str,
+    client: TemporalClient,
+    settings: SettingsDep,
+    policy: PolicyDep,
+    caller: Submitter,
 ) -> RetryCreated:
     """Start a new run of a failed or cancelled run: the steps it completed count as done
     with their recorded outputs, and the new run goes on from the first that did not (a
     goal-only run's agent from the first step of its plan that did not)."""
-    handle, desc, inp = await _ended_run(client, run_id, RETRYABLE, "a failed or cancelled run")
+    handle, desc, inp = await _ended_run(
+        client, caller, run_id, RETRYABLE, "a failed or cancelled run"
+    )
     if inp.agent is not None:
+        inp = under_policy_in_force(inp, None, policy)
+        assert inp.agent is not None
         state = await _final_state(settings, run_id, desc, handle)
         carry = _agent_carry(state, inp.agent, None, None)
         return await _start_agent_again(client, settings, run_id, inp, carry, caller, "retry_of")
     assert inp.plan is not None
     done = await _done_steps(settings, run_id, desc, handle, [s.id for s in inp.plan.steps])
+    again = {s.id for s in inp.plan.steps} - set(done)
+    inp = under_policy_in_force(inp, again, policy)
     return await _start_again(client, settings, run_id, inp, done, caller, "retry_of")
 
 
@@ -183,8 +194,10 @@ async def fork_run(
     """Start a new run of an ended run from `from_step`: the steps it completed that
     neither are that step nor depend on it are taken over; the rest run, as patched. A
     goal-only run's agent goes on from that step of its plan, with `guidance`."""
-    handle, desc, inp = await _ended_run(client, run_id, FINAL_RUN_STATUSES, "an ended run")
+    handle, desc, inp = await _ended_run(client, caller, run_id, FINAL_RUN_STATUSES, "an ended run")
     if inp.agent is not None:
+        inp = under_policy_in_force(inp, None, policy)
+        assert inp.agent is not None
         for name in ("plan_patch", "compensate"):
             if getattr(body, name):
                 raise fail_validation(("body", name), f"'{name}' applies to plan runs")
@@ -222,8 +235,8 @@ async def fork_run(
         raise fail_validation(("body", "plan_patch"), "the patched plan: " + "; ".join(where))
     done = await _done_steps(settings, run_id, desc, handle, ids)
     kept = {k: v for k, v in done.items() if k not in again}
-    forked = inp.model_copy(
-        update={"plan": normalize_plan(plan, tools, policy), "mcp_tools": mcp_tools}
+    forked = under_policy_in_force(
+        inp.model_copy(update={"plan": plan, "mcp_tools": mcp_tools}), again, policy
     )
     undo = _calls_to_undo(inp.plan, again, done, run_id) if body.compensate else []
     return await _start_again(client, settings, run_id, forked, kept, caller, "fork_of", undo)
@@ -254,11 +267,11 @@ def _calls_to_undo(
 
 
 async def _ended_run(
-    client: Client, run_id: str, statuses: Collection[str], which: str
+    client: Client, caller: Principal, run_id: str, statuses: Collection[str], which: str
 ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription, RunInput]:
-    """The run to start again, its description and input: 409 unless its status is one of
-    `statuses` (`which` in words)."""
-    handle, desc = await describe_run(client, run_id)
+    """The run to start again, which `caller` may start again, its description and input:
+    409 unless its status is one of `statuses` (`which` in words)."""
+    handle, desc = await access.run_for(client, caller, "start_again", run_id)
     status = run_status_of(desc)
     if status not in statuses:
         raise HTTPException(409, f"run '{run_id}' is {status}: only {which}")

@@ -15,6 +15,8 @@ from temporalio.client import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from api import access
+from api.access import Holder, Reader, Submitter
 from api.admission import (
     IDEMPOTENCY_NAMESPACE,
     fresh_id,
@@ -25,7 +27,7 @@ from api.admission import (
 )
 from api.archive import archived
 from api.attempts import show_retries
-from api.auth import Reader, Submitter
+from api.auth import Principal
 from api.deps import Ended, Gateway, McpHubDep, PolicyDep, SettingsDep, TemporalClient
 from api.pages import unwrap_token, wrap_token
 from api.reading import (
@@ -130,7 +132,7 @@ async def list_runs(
         clauses.append(f"({STATUS_FILTERS[status]})")
     for item in label or []:  # key:value, each side checked against its pattern
         clauses.append(f"LongrunLabels = '{item}'")
-    query = " AND ".join(clauses)
+    query = access.with_visible(caller, " AND ".join(clauses))
     token: bytes | None = None
     if page_token:
         token = unwrap_token(query, page_token)
@@ -178,14 +180,17 @@ async def get_run(
     if run_id in ended:
         # Still the execution whose answer was kept (a reset starts another)?
         execution = await latest_execution(client, run_id)
-        body = None if execution is None else ended.body(run_id, execution)
-        if body is not None:
-            return Response(body, media_type="application/json")
+        kept = None if execution is None else ended.body(run_id, execution)
+        if kept is not None:
+            access.check(caller, "read", Holder(*kept[1]), f"run '{run_id}'")
+            return Response(kept[0], media_type="application/json")
         ended.forget(run_id)  # gone, or another execution of it: read afresh
     # Both at once, so a live run costs one round trip; a closed run refuses the query
     # at once instead of replaying its history.
     described, queried = await asyncio.gather(
-        describe_run(client, run_id), open_state(client, run_id), return_exceptions=True
+        access.run_for(client, caller, "read", run_id),
+        open_state(client, run_id),
+        return_exceptions=True,
     )
     if isinstance(described, BaseException):
         raise described
@@ -215,7 +220,8 @@ async def get_run(
     # big enough that FastAPI's second validation and encoding would double the cost.
     body = detail.model_dump_json().encode()
     if desc.close_time is not None:
-        ended.keep(run_id, desc.run_id or "", body)
+        holder = await access.holder_of(desc)
+        ended.keep(run_id, desc.run_id or "", body, (holder.owner, holder.tenant))
     return Response(body, media_type="application/json")
 
 
@@ -224,7 +230,7 @@ async def get_step(
     run_id: str, step_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> StepState:
     """One step in full, its whole output included (status previews big outputs)."""
-    handle, desc = await describe_run(client, run_id)
+    handle, desc = await access.run_for(client, caller, "read", run_id)
     steps = await stored_part(settings, run_id, desc, "steps")
     state: StepState | None
     if steps is not None:
@@ -241,7 +247,7 @@ async def get_audit(
     run_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> AuditTrail:
     """Every decision about the run, oldest first: who, when, what and why."""
-    handle, desc = await describe_run(client, run_id)
+    handle, desc = await access.run_for(client, caller, "read", run_id)
     stored = await stored_part(settings, run_id, desc, "audit")
     trail: AuditTrail = (
         AuditTrail.model_validate(stored)
@@ -251,14 +257,14 @@ async def get_audit(
     if trail.archived:  # a long run stored its earlier entries away
         earlier = await run_in_threadpool(archived, settings, run_id, trail.archived, "audit")
         trail.entries = [AuditEntry.model_validate(e) for e in earlier] + trail.entries
-    trail.entries += await _started_again(client, run_id)
+    trail.entries += await _started_again(client, caller, run_id)
     return trail
 
 
-async def _started_again(client: Client, run_id: str) -> list[AuditEntry]:
+async def _started_again(client: Client, caller: Principal, run_id: str) -> list[AuditEntry]:
     """The retries and forks of a run, as its audit names them: the run is closed by then,
     so they are found by the attribute each sets at its start, not in its history."""
-    query = f"{RETRY_OF_ATTRIBUTE.name} = '{run_id}'"
+    query = access.with_visible(caller, f"{RETRY_OF_ATTRIBUTE.name} = '{run_id}'")
     entries = []
     try:
         async for wf in client.list_workflows(query, limit=MAX_RETRIES_LISTED):

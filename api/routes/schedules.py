@@ -27,6 +27,8 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from api import access
+from api.access import Reader, ScheduleChanger, Submitter
 from api.admission import (
     fresh_id,
     run_details,
@@ -35,7 +37,7 @@ from api.admission import (
     run_search_attributes,
     secrets_named,
 )
-from api.auth import Operator, Reader, Submitter
+from api.auth import Principal
 from api.deps import Gateway, McpHubDep, PolicyDep, SettingsDep, TemporalClient
 from api.pages import unwrap_token, wrap_token
 from api.reading import fail_validation, run_links
@@ -137,7 +139,27 @@ def _fingerprint(body: ScheduleRequest) -> str:
     return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
 
 
-async def _handle(client: Client, schedule_id: str) -> tuple[ScheduleHandle, ScheduleDescription]:
+async def _handle(
+    client: Client, schedule_id: str, caller: Principal, action: access.Action
+) -> tuple[ScheduleHandle, ScheduleDescription]:
+    """The schedule's handle and description, which `caller` may `action`; 404 for anything
+    that is not one of ours (or not the caller's to see)."""
+    handle, desc = await _described(client, schedule_id)
+    access.check(caller, action, await _holder(desc), f"schedule '{schedule_id}'")
+    return handle, desc
+
+
+async def _holder(desc: ScheduleDescription) -> access.Holder:
+    memo = await desc.memo()
+    tenant = memo.get("tenant")
+    return access.Holder(
+        owner=str(memo.get("owner") or ""), tenant=tenant if isinstance(tenant, str) else None
+    )
+
+
+async def _described(
+    client: Client, schedule_id: str
+) -> tuple[ScheduleHandle, ScheduleDescription]:
     """The schedule's handle and description; 404 for anything that is not one of ours."""
     if not SCHEDULE_ID.match(schedule_id):
         raise HTTPException(404, f"no schedule '{schedule_id}'")
@@ -240,13 +262,14 @@ async def create_schedule(
                 "goal": body.run.goal,
                 "labels": body.labels,
                 "owner": caller.name,
+                "tenant": caller.tenant,
                 "cron": body.cron,
                 "every_s": body.every_s,
                 "request_sha256": fingerprint,
             },
         )
     except ScheduleAlreadyRunningError:
-        handle, desc = await _handle(client, schedule_id)
+        handle, desc = await _described(client, schedule_id)
         if await desc.memo_value("request_sha256", None) != fingerprint:
             raise HTTPException(
                 409, "this Idempotency-Key was already used for a different schedule"
@@ -278,8 +301,9 @@ async def list_schedules(
     found = []
     for item in listing.current_page or []:
         if SCHEDULE_ID.match(item.id):
-            _, desc = await _handle(client, item.id)
-            found.append(await _detail(item.id, desc, settings))
+            _, desc = await _described(client, item.id)
+            if access.sees(caller, await _holder(desc)):
+                found.append(await _detail(item.id, desc, settings))
     next_token = listing.next_page_token
     return ScheduleList(
         schedules=found,
@@ -292,7 +316,7 @@ async def get_schedule(
     schedule_id: str, client: TemporalClient, settings: SettingsDep, caller: Reader
 ) -> ScheduleDetail:
     """A schedule, its next times and the runs it started lately."""
-    _, desc = await _handle(client, schedule_id)
+    _, desc = await _handle(client, schedule_id, caller, "read")
     return await _detail(schedule_id, desc, settings)
 
 
@@ -301,11 +325,11 @@ async def pause_schedule(
     schedule_id: str,
     client: TemporalClient,
     settings: SettingsDep,
-    caller: Operator,
+    caller: ScheduleChanger,
     body: ScheduleNote | None = None,
 ) -> ScheduleDetail:
     """Stop starting runs until it is resumed; runs already started go on."""
-    return await _set_paused(client, settings, schedule_id, True, caller.name, body)
+    return await _set_paused(client, settings, schedule_id, True, caller, body)
 
 
 @router.post("/{schedule_id}/resume", responses=answers(404))
@@ -313,11 +337,11 @@ async def resume_schedule(
     schedule_id: str,
     client: TemporalClient,
     settings: SettingsDep,
-    caller: Operator,
+    caller: ScheduleChanger,
     body: ScheduleNote | None = None,
 ) -> ScheduleDetail:
     """Start runs again at its times."""
-    return await _set_paused(client, settings, schedule_id, False, caller.name, body)
+    return await _set_paused(client, settings, schedule_id, False, caller, body)
 
 
 async def _set_paused(
@@ -325,21 +349,23 @@ async def _set_paused(
     settings: Settings,
     schedule_id: str,
     paused: bool,
-    who: str,
+    caller: Principal,
     body: ScheduleNote | None,
 ) -> ScheduleDetail:
-    handle, _ = await _handle(client, schedule_id)
+    handle, _ = await _handle(client, schedule_id, caller, "change_schedule")
     reason = (
         body.reason if body is not None and body.reason else ("paused" if paused else "resumed")
     )
-    note = f"{reason} (by {who})"
+    note = f"{reason} (by {caller.name})"
     await (handle.pause(note=note) if paused else handle.unpause(note=note))
     return await _detail(schedule_id, await handle.describe(), settings)
 
 
 @router.delete("/{schedule_id}", status_code=204, responses=answers(404))
-async def delete_schedule(schedule_id: str, client: TemporalClient, caller: Operator) -> Response:
+async def delete_schedule(
+    schedule_id: str, client: TemporalClient, caller: ScheduleChanger
+) -> Response:
     """Delete the schedule; the runs it started are kept and go on."""
-    handle, _ = await _handle(client, schedule_id)
+    handle, _ = await _handle(client, schedule_id, caller, "change_schedule")
     await handle.delete()
     return Response(status_code=204)

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from activities.tools import REGISTRY
-from api.auth import Reader
+from api.access import Reader
 from api.deps import McpHubDep, PolicyDep, SettingsDep
 from api.routes.health import process_tools
 from api.schemas import ProcessTools, answers

@@ -262,6 +262,8 @@ class RunInput(BaseModel):
     # parent's. None: a run started before runs carried grants, which may use those its
     # plan and checks named (longrun.grants).
     secrets: list[str] | None = None
+    # The tenant of the key that started it (its children's too); None: no tenant.
+    tenant: str | None = None
     budget: Budget = Field(default_factory=Budget)
     on_failure: Literal["stop", "compensate"] = "stop"
     carry: RunCarry | None = None
