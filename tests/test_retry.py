@@ -4,18 +4,23 @@ arrive, at the model stand-in and at a receiver."""
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI, Request, Response
+from temporalio.client import Client
 from temporalio.worker import Worker
 
+from api.app import create_app
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, submit
+from worker import serving
 
 
 class Receiver:
@@ -273,3 +278,41 @@ async def test_a_goal_only_run_is_retried_and_forked_from_its_agents_plan(
         json={"from_step": "two", "plan_patch": [{"id": "x", "tool": "echo"}]},
     )
     assert patched.status_code == 422 and "plan runs" in patched.text
+
+
+async def test_a_retry_is_checked_against_the_policy_in_force(
+    api: httpx.AsyncClient,
+    settings: Settings,
+    client: Client,
+    worker: Worker,
+    wait_run: Poll,
+    tmp_path: Path,
+) -> None:
+    steps = [{"id": "a", "tool": "shell", "args": {"argv": ["false"]}, "requires_approval": False}]
+    run_id = await submit(api, steps)
+    assert (await wait_run(run_id))["status"] == "failed"
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[tools.shell]\nallowed = false\n")
+    strict = settings.model_copy(update={"policy_file": policy})
+    transport = httpx.ASGITransport(app=create_app(strict))
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as now:
+        refused = await now.post(f"/v1/runs/{run_id}/retry")
+    assert refused.status_code == 403, refused.text
+    assert "policy in force refuses" in refused.text and "step a" in refused.text
+    # Under the policy it was started with (still in force here), it is retried.
+    assert (await api.post(f"/v1/runs/{run_id}/retry")).status_code == 202
+
+    # A worker enforces the policy in force whatever a run was started with (a schedule's
+    # run, a run from before the change): the step is refused and the audit says why.
+    queue = settings.model_copy(update={"task_queue": f"strict-{uuid.uuid4().hex[:8]}"})
+    transport = httpx.ASGITransport(app=create_app(queue))  # the old, permissive policy
+    async with (
+        serving(client, queue.model_copy(update={"policy_file": policy})),
+        httpx.AsyncClient(transport=transport, base_url="http://localhost") as before,
+    ):
+        late = await submit(before, steps)
+        run = await wait_run(late)
+    assert run["status"] == "failed"
+    assert "the policy in force forbids the tool 'shell'" in run["steps"][0]["error"]
+    audit = (await api.get(f"/v1/runs/{late}/audit")).json()["entries"]
+    assert "the policy in force forbids the tool 'shell'" in audit[-1]["detail"]
