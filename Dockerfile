@@ -1,7 +1,7 @@
 # One image for the API and the worker; docker-compose.yml picks the command.
 FROM python:3.11-slim
 WORKDIR /app
-# bubblewrap confines the processes tools start; prlimit (util-linux) is in the base image.
+# bubblewrap confines the processes tools start.
 RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap \
     && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml README.md ./

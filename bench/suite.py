@@ -14,6 +14,7 @@ their own detail as they go; one that breaks is reported and the others still ru
 - waiting runs: worker memory, CPU and first workflow task of runs waiting for a person
   (bench/memory.py);
 - context: prompt size over a long agent job (bench/context_growth.py);
+- sandbox: a confined `shell` call and step against an unconfined one (bench/sandbox.py);
 - under faults: agent runs completed when calls fail (bench/agent_faults.py), and completion
   against run length at three fault rates and with worker kills (bench/fault_curve.py), drawn
   to docs/fault-curve.png by the full suite.
@@ -51,6 +52,7 @@ import context_growth  # noqa: E402
 import fault_curve  # noqa: E402
 import memory  # noqa: E402
 import overhead  # noqa: E402
+import sandbox  # noqa: E402
 import status  # noqa: E402
 from figures import Figure, table  # noqa: E402
 
@@ -70,6 +72,7 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"runs": 10, "rates": [0.05, 0.10], "steps": 10, "tools_per_step": 5},
         {"runs": 4, "rates": [0.10], "steps": 5, "tools_per_step": 3},
     ),
+    "sandbox": ({"calls": 40, "rounds": 5, "steps": 20}, {"calls": 20, "rounds": 3, "steps": 10}),
     "curve": (
         {"steps": [10, 50, 100, 200], "rates": [0.01, 0.05, 0.10], "runs": 10, "kill_every": 15.0},
         {"steps": [10, 50, 100], "rates": [0.01, 0.05, 0.10], "runs": 4, "kill_every": 10.0},
@@ -108,6 +111,12 @@ def _faults(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
     return agent_faults.figures(results, size["rates"], args)
 
 
+def _sandbox(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
+    result = asyncio.run(sandbox.measure_all(**size))
+    sandbox.report(result)
+    return sandbox.figures(result)
+
+
 def _curve(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
     points, kills = asyncio.run(fault_curve.measure(seed=0, **size))
     fault_curve.report(points, kills)
@@ -124,6 +133,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any], dict[str, Any]], list[Figure]]] = 
     "memory": _memory,
     "context": _context,
     "faults": _faults,
+    "sandbox": _sandbox,
     "curve": _curve,
 }
 

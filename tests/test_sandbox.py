@@ -153,10 +153,10 @@ async def test_an_endless_loop_ends_at_its_timeout(tools: Tools) -> None:
 async def test_without_bubblewrap_process_tools_are_refused(
     tools: Tools, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap, no prlimit
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap
     err = await tools.fail("shell", argv=["true"])
     assert err.type == "SandboxUnavailable" and err.non_retryable
-    assert "bubblewrap (bwrap) and prlimit are needed" in err.message
+    assert "bubblewrap (bwrap) and sh are needed" in err.message
     assert "LONGRUN_SANDBOX=unconfined" in err.message
 
 

@@ -1,0 +1,186 @@
+"""What confining a process tool costs, against the same tool unconfined, alternating rounds
+in one run:
+
+- per call: the `tool.shell` activity alone running a trivial command (`true`) and a short
+  Python one, inside bubblewrap (LONGRUN_SANDBOX=bwrap) and unconfined;
+- per step: plans of sequential `shell` steps running `true`, through a Temporal dev server
+  and a worker of each kind (what a run pays per step: its workflow and activity tasks too).
+
+    .venv/bin/python bench/sandbox.py [--calls 40] [--rounds 5] [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE.parent) not in sys.path:
+    sys.path.insert(0, str(_HERE.parent))
+
+import httpx  # noqa: E402
+from figures import Figure  # noqa: E402
+from temporalio import activity  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+from temporalio.testing import ActivityEnvironment  # noqa: E402
+
+from activities.tools import build_tool_activities  # noqa: E402
+from api.app import create_app  # noqa: E402
+from longrun.contracts import ToolCall  # noqa: E402
+from longrun.dev.stack import TemporalDevServer, free_port  # noqa: E402
+from longrun.settings import Settings  # noqa: E402
+from longrun.temporal import connect, ensure_search_attributes  # noqa: E402
+from worker import serving  # noqa: E402
+
+COMMANDS = {"true": ["true"], "python -c pass": [sys.executable, "-c", "pass"]}
+
+
+def _shell(settings: Settings) -> Callable[..., Any]:
+    for fn in build_tool_activities(settings):
+        if activity._Definition.must_from_callable(fn).name == "tool.shell":
+            return fn
+    raise RuntimeError("no tool.shell")
+
+
+async def _per_call_ms(shell: Callable[..., Any], argv: list[str], calls: int) -> float:
+    """The median wall time of one call, in ms."""
+    env = ActivityEnvironment()
+    run_id = f"run-{uuid.uuid4().hex}"
+    took = []
+    for n in range(calls):
+        call = ToolCall(run_id=run_id, step_id=f"s{n}", idempotency_key="k", args={"argv": argv})
+        started = time.perf_counter()
+        await env.run(shell, call)
+        took.append((time.perf_counter() - started) * 1000)
+    return statistics.median(took)
+
+
+async def _per_step_ms(client: Client, settings: Settings, steps: int) -> float:
+    """The wall time per step of one plan of `steps` sequential `shell true` steps."""
+    plan = [
+        {
+            "id": f"s{n}",
+            "tool": "shell",
+            "args": {"argv": ["true"]},
+            "requires_approval": False,
+            **({"depends_on": [f"s{n - 1}"]} if n else {}),
+        }
+        for n in range(steps)
+    ]
+    app = create_app(settings)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as api:
+        started = time.perf_counter()
+        created = await api.post("/v1/runs", json={"goal": "bench", "plan": {"steps": plan}})
+        created.raise_for_status()
+        await client.get_workflow_handle(created.json()["run_id"]).result()
+        return (time.perf_counter() - started) * 1000 / steps
+
+
+async def measure_steps(steps: int, rounds: int) -> dict[str, float]:
+    """Median ms per `shell true` step of a plan, confined and not."""
+    with tempfile.TemporaryDirectory(prefix="longrun-bench-sandbox-") as tmp:
+        async with TemporalDevServer(Path(tmp) / "temporal.db", port=free_port()) as server:
+            base = Settings(  # type: ignore[call-arg]
+                _env_file=None,
+                TEMPORAL_ADDRESS=server.address,
+                LONGRUN_DATA_DIR=Path(tmp) / "data",
+                OPENAI_BASE_URL="http://127.0.0.1:9/v1",
+                OPENAI_API_KEY="x",
+            )
+            sides = {
+                "bwrap": base.model_copy(update={"task_queue": "bench-bwrap"}),
+                "unconfined": base.model_copy(
+                    update={"task_queue": "bench-unconfined", "sandbox": "unconfined"}
+                ),
+            }
+            client = await connect(base)
+            await ensure_search_attributes(client)
+            found: dict[str, list[float]] = {side: [] for side in sides}
+            async with serving(client, sides["bwrap"]), serving(client, sides["unconfined"]):
+                for n in range(rounds + 1):  # the first round warms up
+                    order = list(sides) if n % 2 else list(reversed(sides))
+                    for side in order:
+                        took = await _per_step_ms(client, sides[side], steps)
+                        if n:
+                            found[side].append(took)
+    return {side: statistics.median(values) for side, values in found.items()}
+
+
+async def measure(calls: int, rounds: int) -> dict[str, dict[str, float]]:
+    """Median per-call ms of each command, confined and not, over alternating rounds."""
+    data = Path(tempfile.mkdtemp(prefix="longrun-bench-sandbox-"))
+    base = Settings(_env_file=None, LONGRUN_DATA_DIR=data)  # type: ignore[call-arg]
+    shells = {
+        "bwrap": _shell(base),
+        "unconfined": _shell(base.model_copy(update={"sandbox": "unconfined"})),
+    }
+    found: dict[str, dict[str, list[float]]] = {c: {m: [] for m in shells} for c in COMMANDS}
+    for _ in range(rounds):
+        for name, argv in COMMANDS.items():
+            for mode, shell in shells.items():
+                found[name][mode].append(await _per_call_ms(shell, argv, calls))
+    return {
+        name: {mode: statistics.median(values) for mode, values in modes.items()}
+        for name, modes in found.items()
+    }
+
+
+def report(result: dict[str, dict[str, float]]) -> None:
+    """Print each command's cost, confined and not."""
+    for name, modes in result.items():
+        if not modes:
+            continue
+        ratio = modes["bwrap"] / modes["unconfined"]
+        print(
+            f"{name}: {modes['bwrap']:.1f} ms confined, {modes['unconfined']:.1f} ms "
+            f"unconfined ({ratio:.2f}x)"
+        )
+
+
+def figures(result: dict[str, dict[str, float]]) -> list[Figure]:
+    """The suite's figures of this benchmark."""
+    return [
+        Figure(
+            "sandbox",
+            name,
+            "ms",
+            modes["bwrap"],
+            modes["unconfined"],
+            baseline_name="unconfined",
+            target="<= 1.2" if name.startswith("per step") else "",
+        )
+        for name, modes in result.items()
+    ]
+
+
+async def measure_all(calls: int, rounds: int, steps: int) -> dict[str, dict[str, float]]:
+    """Both measures, as the suite's figures name them."""
+    calls_found = await measure(calls, rounds)
+    steps_found = await measure_steps(steps, rounds)
+    return {
+        **{f"per call: {name}": modes for name, modes in calls_found.items()},
+        f"per step: a plan of {steps} shell true steps": steps_found,
+    }
+
+
+def main() -> None:
+    """Measure and print."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--calls", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    report(asyncio.run(measure_all(args.calls, args.rounds, args.steps)))
+
+
+if __name__ == "__main__":
+    main()
