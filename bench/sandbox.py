@@ -89,7 +89,7 @@ async def measure_steps(steps: int, rounds: int) -> dict[str, float]:
     """Median ms per `shell true` step of a plan, confined and not."""
     with tempfile.TemporaryDirectory(prefix="longrun-bench-sandbox-") as tmp:
         async with TemporalDevServer(Path(tmp) / "temporal.db", port=free_port()) as server:
-            base = Settings(  # type: ignore[call-arg]
+            base = Settings(
                 _env_file=None,
                 TEMPORAL_ADDRESS=server.address,
                 LONGRUN_DATA_DIR=Path(tmp) / "data",
@@ -118,7 +118,7 @@ async def measure_steps(steps: int, rounds: int) -> dict[str, float]:
 async def measure(calls: int, rounds: int) -> dict[str, dict[str, float]]:
     """Median per-call ms of each command, confined and not, over alternating rounds."""
     data = Path(tempfile.mkdtemp(prefix="longrun-bench-sandbox-"))
-    base = Settings(_env_file=None, LONGRUN_DATA_DIR=data)  # type: ignore[call-arg]
+    base = Settings(_env_file=None, LONGRUN_DATA_DIR=data)
     shells = {
         "bwrap": _shell(base),
         "unconfined": _shell(base.model_copy(update={"sandbox": "unconfined"})),
