@@ -4,6 +4,7 @@ and it ends; a delivery the receiver failed is sent again with the same delivery
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,7 +21,7 @@ from temporalio.worker import Worker
 from activities.webhooks import signed_headers
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
-from tests.helpers import Poll, submit
+from tests.helpers import REPO, Poll, submit
 
 SECRET = "whsec-test-7f3a"
 
@@ -119,3 +120,16 @@ def test_a_captured_delivery_cannot_be_replayed_later() -> None:
     tampered = body.replace(b'"r"', b'"s"')
     with pytest.raises(WebhookVerificationError, match="No matching signature"):
         receiver.verify(tampered, headers)
+
+
+def test_the_readmes_receiver_verifies_a_delivery(monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (REPO / "README.md").read_text()
+    [snippet] = re.findall(r"```python\n(import os\n\nfrom standardwebhooks.*?)```", readme, re.S)
+    monkeypatch.setenv("LONGRUN_WEBHOOK_SECRET", SECRET)
+    scope: dict[str, Any] = {}
+    exec(snippet, scope)
+    body = b'{"delivery_id": "d-2", "run_id": "r", "event": {}}'
+    assert scope["on_post"](body, signed_headers(SECRET, "d-2", body))["delivery_id"] == "d-2"
+    stale = signed_headers(SECRET, "d-2", body, datetime.now(UTC) - timedelta(minutes=10))
+    with pytest.raises(WebhookVerificationError):
+        scope["on_post"](body, stale)
