@@ -98,6 +98,25 @@ async def test_nothing_outside_the_workspace_can_be_written(tools: Tools, cfg: S
     assert out["exit_code"] != 0 and "Read-only file system" in out["stderr"]
 
 
+async def test_a_symlink_in_the_workspace_leads_nowhere_outside(
+    tools: Tools, cfg: Settings
+) -> None:
+    kept = cfg.data_dir / "kept"
+    kept.mkdir(parents=True)
+    (kept / "key").write_text("outside-canary")
+    # Inside, a symlink resolves in the sandbox's own tree: nothing of the worker's.
+    script = f"ln -s {kept} k; cat k/key; rm -rf .longrun; ln -s {kept} .longrun"
+    out = await tools.run("shell", argv=sh(script), check=False)
+    assert "outside-canary" not in out["stdout"], out
+    assert (await tools.run("shell", argv=sh("cat .longrun/key"), check=False))["exit_code"] != 0
+    # A `.longrun` symlink planted by other means is not followed: the step is refused.
+    workspace = cfg.workspaces_dir / tools.run_id / "workspace"
+    (workspace / ".longrun").rmdir()
+    (workspace / ".longrun").symlink_to(kept)
+    err = await tools.fail("shell", argv=sh("cat .longrun/key"))
+    assert err.type == "SandboxRefused" and "not a folder" in err.message
+
+
 async def test_no_network_not_even_the_hosts_loopback(tools: Tools, listening: int) -> None:
     code = (
         "import socket\n"

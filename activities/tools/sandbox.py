@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from activities.errors import fatal
 from longrun.settings import Settings
 
 WORKSPACE = "/workspace"  # where the run's workspace is, seen from inside
@@ -119,14 +120,13 @@ def _binds(workspace: Path) -> list[str]:
     for prefix in dict.fromkeys(map(Path, (sys.base_prefix, sys.prefix))):
         if not any(prefix.is_relative_to(p) for p in SYSTEM):  # a venv, pyenv, a custom build
             args += ["--ro-bind", str(prefix), str(prefix)]
-    backups = workspace / ".longrun"
     return [
         *args,
         "--bind",
         str(workspace),
         WORKSPACE,
-        "--ro-bind-try",
-        str(backups),
+        "--ro-bind",
+        str(_backups(workspace)),
         f"{WORKSPACE}/.longrun",
         "--proc",
         "/proc",
@@ -137,6 +137,22 @@ def _binds(workspace: Path) -> list[str]:
         "--remount-ro",
         "/",
     ]
+
+
+def _backups(workspace: Path) -> Path:
+    """The workspace's `.longrun` folder (write_file's backups), made before any sandbox of
+    the run starts, so every sandbox holds it read-only and none can put a symlink in its
+    place: bubblewrap would follow one on the worker's side and show what it names."""
+    backups = workspace / ".longrun"
+    with contextlib.suppress(FileExistsError):
+        backups.mkdir()
+    if backups.is_symlink() or not backups.is_dir():
+        raise fatal(
+            "the run's workspace has a '.longrun' that is not a folder (a symlink?): "
+            "process tools will not start in it",
+            type="SandboxRefused",
+        )
+    return backups
 
 
 def bwrap_argv(argv: list[str], workspace: Path) -> list[str]:
