@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import os
 import uuid
@@ -456,3 +457,20 @@ async def test_a_backup_cut_short_is_not_taken_for_one(tools: Tools, workspace: 
     (backups / ".s1.bak.crashed.tmp").write_text("x" * 10)
     written = await tools.run("write_file", path="c.txt", content="new")
     assert (workspace / written["backup"]).read_text() == "x" * 100_000
+
+
+async def test_a_retry_that_finds_no_workspace_says_it_was_lost(
+    tools: Tools, cfg: Settings
+) -> None:
+    retry = ActivityEnvironment()
+    retry.info = dataclasses.replace(retry.info, attempt=2)
+    call = ToolCall(run_id=tools.run_id, step_id="s1", idempotency_key="k", args={"argv": ["true"]})
+    with pytest.raises(ApplicationError) as info:
+        await retry.run(tools.fns["tool.shell"], call)
+    assert info.value.type == "WorkspaceLost" and info.value.non_retryable
+    assert "workers must share LONGRUN_DATA_DIR" in info.value.message
+    assert not (cfg.workspaces_dir / tools.run_id).exists()  # nothing made in its place
+    # A first attempt makes it; a retry on a worker that shares it carries on.
+    await tools.run("write_file", path="made.txt", content="x")
+    result = await retry.run(tools.fns["tool.shell"], call)
+    assert result.output["exit_code"] == 0
