@@ -19,7 +19,7 @@ from standardwebhooks.webhooks import Webhook
 from temporalio import activity
 
 from activities.errors import fatal, reported_with_attempt, retry_after_seconds, transient
-from activities.tools.builtin import destination_refusal
+from activities.tools.destinations import destination_refusal
 from longrun.contracts import WebhookDelivery
 from longrun.settings import Settings
 

@@ -20,7 +20,7 @@ from temporalio.common import (
 )
 
 from activities.mcp import McpHub
-from activities.tools.builtin import destination_refusal
+from activities.tools.destinations import destination_refusal
 from activities.tools.toolbox import toolbox
 from api.mcp_tools import request_mcp_tools
 from api.reading import (

@@ -7,6 +7,7 @@ A TOML file (LONGRUN_POLICY_FILE) says per tool:
 
     [tools.python]
     approval = "always"             # or "never", or "by_side_effect" (the default)
+    network = true                  # its processes may reach LONGRUN_HTTP_ALLOW_HOSTS
 
     [[tools.http_request.require_approval_when]]
     arg = "method"
@@ -90,6 +91,9 @@ class ToolPolicy(BaseModel):
     approval: Literal["always", "never", "by_side_effect"] = "by_side_effect"
     require_approval_when: list[Condition] = Field(default_factory=list)
     secrets_vouched_when: list[Condition] = Field(default_factory=list)
+    # Processes the tool starts may reach LONGRUN_HTTP_ALLOW_HOSTS (through the worker's
+    # proxy); without it they have no network.
+    network: bool = False
 
 
 class Policy(BaseModel):

@@ -12,8 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
 from api.app import create_app
+from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
 from tests.helpers import Poll, start_worker, stop_processes, submit
 from tests.test_tools import Tools
@@ -233,3 +237,48 @@ async def test_readiness_and_the_tool_list_say_how_process_tools_run(
             listed = (await http.get("/v1/tools")).json()
         assert ready["process_tools"]["mode"] == listed["process_tools"]["mode"] == mode
     assert "as the worker's user" in ready["process_tools"]["detail"]
+
+
+@pytest.fixture
+def two_servers() -> Iterator[tuple[str, str]]:
+    """Two local HTTP servers answering `ok`: one allowed, one not."""
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])
+    with ServerThread(app) as allowed, ServerThread(app) as other:
+        yield allowed.url, other.url
+
+
+async def test_network_granted_by_policy_reaches_allowed_hosts_only(
+    cfg: Settings, tmp_path: Path, two_servers: tuple[str, str]
+) -> None:
+    allowed, other = two_servers
+    fetch = (
+        "import sys, urllib.request\n"
+        "for url in sys.argv[1:]:\n"
+        "    try:\n"
+        "        print(url, urllib.request.urlopen(url, timeout=5).read().decode())\n"
+        "    except Exception as exc:\n"
+        "        print(url, 'refused', exc)\n"
+    )
+    argv = ["python3", "-c", fetch, allowed, other]
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[tools.shell]\nnetwork = true\n")
+    allow = allowed.removeprefix("http://")
+    granted = cfg.model_copy(update={"policy_file": policy, "http_allow_hosts": [allow]})
+    out = await Tools(granted, "run-" + uuid.uuid4().hex).run("shell", argv=argv)
+    lines = out["stdout"].splitlines()
+    assert lines[0] == f"{allowed} ok", out
+    assert lines[1].startswith(f"{other} refused") and "403" in lines[1], out
+    # Around the proxy: nothing.
+    bypass = fetch.replace(
+        "urllib.request.urlopen(url",
+        "urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url",
+    )
+    out = await Tools(granted, "run-" + uuid.uuid4().hex).run(
+        "shell", argv=["python3", "-c", bypass, allowed]
+    )
+    assert "refused" in out["stdout"], out
+    # Without the grant, no network at all.
+    plain = cfg.model_copy(update={"http_allow_hosts": [allow]})
+    out = await Tools(plain, "run-" + uuid.uuid4().hex).run("shell", argv=argv)
+    lines = out["stdout"].splitlines()
+    assert [line.split()[1] for line in lines] == ["refused", "refused"], out

@@ -19,12 +19,13 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from activities.errors import fatal, retry_after_seconds, transient
-from activities.tools import sandbox
+from activities.tools import egress, sandbox
+from activities.tools.destinations import destination_refusal
 from activities.tools.registry import ToolContext, tool
 from activities.tools.workspace import check_relative, confine
 from longrun import grants
 from longrun.contracts import SideEffect
-from longrun.settings import Settings
+from longrun.policy import policy_in_force
 
 OUTPUT_CAP_BYTES = 64 * 1024
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -113,22 +114,6 @@ class HttpRequestArgs(_Args):
 def _tls_context() -> ssl.SSLContext:
     # Loading the CA bundle costs tens of milliseconds of CPU; do it once per worker.
     return httpx.create_ssl_context()
-
-
-def destination_refusal(settings: Settings, url: httpx.URL) -> str | None:
-    """Why a run may not send a request to `url` (a host off the allow-list, or one of
-    longrun's own services), or None."""
-    host = (url.host or "").lower()
-    port = url.port or (443 if url.scheme == "https" else 80)
-    # An entry is a host (any port) or host:port ([v6]:port for IPv6 addresses).
-    pair = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    allowed = settings.http_allow_hosts
-    if host not in allowed and pair not in allowed:
-        return f"'{pair}' is not allowed; allowed: {', '.join(allowed)} (LONGRUN_HTTP_ALLOW_HOSTS)"
-    own = settings.own_services().get(pair)
-    if own is not None:
-        return f"'{pair}' is {own}, one of longrun's own services, which runs never call"
-    return None
 
 
 def _http_effect(args: HttpRequestArgs) -> SideEffect:
@@ -236,6 +221,7 @@ async def _exit_of(proc: asyncio.subprocess.Process) -> int:
 
 
 async def _run_process(
+    tool: str,
     argv: list[str],
     ctx: ToolContext,
     *,
@@ -260,10 +246,18 @@ async def _run_process(
         "LONGRUN_IDEMPOTENCY_KEY": ctx.idempotency_key,
     }
     limits = sandbox.limits_of(ctx.settings, timeout_s)
-    with sandbox.confined_argv(confinement, argv, ctx.workspace, limits) as command:
+    async with contextlib.AsyncExitStack() as stack:
+        door = None
+        if confinement.confined and policy_in_force(ctx.settings.policy_file).of(tool).network:
+            door = await stack.enter_async_context(egress.door(ctx.settings))
+            env.update(egress.environment())
+        command = stack.enter_context(
+            sandbox.confined_argv(confinement, argv, ctx.workspace, limits, door)
+        )
         return await _supervise(
             argv[0], command, ctx, env, timeout_s=timeout_s, check=check, stdin=stdin
         )
+    raise AssertionError("unreachable")  # mypy: an exit stack may swallow exceptions
 
 
 async def _supervise(
@@ -355,6 +349,7 @@ async def shell(args: ShellArgs, ctx: ToolContext) -> dict[str, Any]:
     """Run a command (an argv list, no shell) in the run's workspace."""
     stdin = args.stdin.encode() if args.stdin is not None else None
     return await _run_process(
+        "shell",
         args.argv,
         ctx,
         timeout_s=args.timeout_s,
@@ -374,7 +369,7 @@ class PythonArgs(_Args):
 async def python(args: PythonArgs, ctx: ToolContext) -> dict[str, Any]:
     """Run Python code in a fresh interpreter in the run's workspace."""
     argv = [sandbox.interpreter(), "-I", "-c", args.code]
-    return await _run_process(argv, ctx, timeout_s=args.timeout_s, check=args.check)
+    return await _run_process("python", argv, ctx, timeout_s=args.timeout_s, check=args.check)
 
 
 # --- files ---------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 A command chosen by a model that read untrusted text runs inside bubblewrap:
 
 - its own user, PID, IPC, UTS, cgroup and network namespaces: it sees no process of the
-  worker (its own `/proc`), and has no network at all (only loopback, empty);
+  worker (its own `/proc`), and has no network (only loopback, empty) unless the policy
+  grants the tool `network = true`: then allowed hosts only, through the worker's proxy
+  (activities/tools/egress.py);
 - a new root holding system directories and the worker's Python environment (its
   interpreter and packages, first on PATH) read-only, the run's workspace read-write at
   `/workspace` (its `.longrun/` of backups read-only), an empty `/tmp`: nothing of the
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Literal
 
 from activities.errors import fatal
+from activities.tools import egress
 from longrun.settings import Settings
 
 WORKSPACE = "/workspace"  # where the run's workspace is, seen from inside
@@ -108,8 +111,8 @@ def interpreter() -> str:
     return sys.executable
 
 
-def _binds(workspace: Path) -> list[str]:
-    args: list[str] = []
+def _binds(workspace: Path, door: Path | None) -> list[str]:
+    args: list[str] = ["--ro-bind", str(door), egress.INSIDE] if door is not None else []
     for path in SYSTEM:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -155,8 +158,11 @@ def _backups(workspace: Path) -> Path:
     return backups
 
 
-def bwrap_argv(argv: list[str], workspace: Path) -> list[str]:
-    """`argv` wrapped in bubblewrap, confined to `workspace`."""
+def bwrap_argv(argv: list[str], workspace: Path, door: Path | None = None) -> list[str]:
+    """`argv` wrapped in bubblewrap, confined to `workspace`; with a `door` (an egress
+    folder), able to reach allowed hosts through it (activities/tools/egress.py)."""
+    if door is not None:
+        argv = egress.wrap(argv, interpreter())
     return [
         "bwrap",
         "--unshare-all",
@@ -172,7 +178,7 @@ def bwrap_argv(argv: list[str], workspace: Path) -> list[str]:
         "--die-with-parent",
         "--cap-drop",
         "ALL",
-        *_binds(workspace),
+        *_binds(workspace, door),
         "--chdir",
         WORKSPACE,
         "--",
@@ -222,14 +228,18 @@ def exec_failure(stderr: str, name: str) -> str | None:
 
 @contextlib.contextmanager
 def confined_argv(
-    confinement: Confinement, argv: list[str], workspace: Path, limits: Limits
+    confinement: Confinement,
+    argv: list[str],
+    workspace: Path,
+    limits: Limits,
+    door: Path | None = None,
 ) -> Iterator[list[str]]:
     """The command line that runs `argv` as `confinement` says, for the time of the block
     (a `pids` cgroup, when one is used, is removed after it)."""
     if not confinement.confined:
         yield argv
         return
-    inner = bwrap_argv(argv, workspace)
+    inner = bwrap_argv(argv, workspace, door)
     root = os.geteuid() == 0
     if confinement.pids_cgroup is None:
         yield ["sh", "-c", _limits_script(limits, root=root, group=None), "sh", *inner]
