@@ -112,7 +112,10 @@ def interpreter() -> str:
 
 
 def _binds(workspace: Path, door: Path | None) -> list[str]:
-    args: list[str] = ["--ro-bind", str(door), egress.INSIDE] if door is not None else []
+    # /tmp first: what is bound later may live under the host's /tmp (a venv, say).
+    args: list[str] = ["--tmpfs", "/tmp"]
+    if door is not None:
+        args += ["--ro-bind", str(door), egress.INSIDE]
     for path in SYSTEM:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -135,8 +138,6 @@ def _binds(workspace: Path, door: Path | None) -> list[str]:
         "/proc",
         "--dev",
         "/dev",
-        "--tmpfs",
-        "/tmp",
         "--remount-ro",
         "/",
     ]
