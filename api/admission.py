@@ -22,6 +22,7 @@ from temporalio.common import (
 from activities.mcp import McpHub
 from activities.tools.destinations import destination_refusal
 from activities.tools.toolbox import toolbox
+from api.auth import Principal
 from api.mcp_tools import request_mcp_tools
 from api.reading import (
     invalid,
@@ -89,9 +90,12 @@ def _webhook_problems(body: RunRequest, settings: Settings) -> list[PlanError]:
     return errors
 
 
-async def run_input(body: RunRequest, settings: Settings, policy: Policy, hub: McpHub) -> RunInput:
-    """The workflow input for a request, or 422 with every problem found (503 when an MCP
-    server it names cannot list its tools)."""
+async def run_input(
+    body: RunRequest, settings: Settings, policy: Policy, hub: McpHub, caller: Principal
+) -> RunInput:
+    """The workflow input for a request by `caller`, or 422 with every problem found (503
+    when an MCP server it names cannot list its tools), 403 when it names secrets the
+    caller's key is not granted (a courtesy: the activity that would reveal one checks)."""
     mcp_tools = await request_mcp_tools(body, hub, policy)
     tools = toolbox(mcp_tools)
     errors = validate_agent(body, tools, policy)
@@ -104,6 +108,7 @@ async def run_input(body: RunRequest, settings: Settings, policy: Policy, hub: M
         errors += child_run_errors(body.plan, settings.max_child_runs)
     if errors:
         raise invalid(errors)
+    caller.check_granted(secrets_named(body))
     model = body.model or settings.model
     config = RunConfig(
         default_model=model,
@@ -191,11 +196,14 @@ async def start_run(client: Client, settings: Settings, inp: RunInput, **memo: A
     )
 
 
-def under_policy_in_force(inp: RunInput, again: set[str] | None, policy: Policy) -> RunInput:
-    """`inp`, to start again (a retry, a fork), under the policy in force rather than the one
-    it was first started with: 403 naming what that policy refuses among the steps that run
-    again (`again`, their ids; None: all) or the agent's tools; else its approvals worked
-    out again and its policy replaced."""
+def under_policy_in_force(
+    inp: RunInput, again: set[str] | None, policy: Policy, caller: Principal
+) -> RunInput:
+    """`inp`, to start again (a retry, a fork) for `caller`, under the policy in force rather
+    than the one it was first started with: 403 naming what that policy refuses among the
+    steps that run again (`again`, their ids; None: all) or the agent's tools, or the
+    secrets they name that the caller's key is not granted; else its approvals worked out
+    again and its policy replaced."""
     tools = toolbox(inp.mcp_tools)
     update: dict[str, Any] = {"config": inp.config.model_copy(update={"policy": policy})}
     refused: list[str] = []
@@ -213,5 +221,9 @@ def under_policy_in_force(inp: RunInput, again: set[str] | None, policy: Policy)
     if refused:
         raise HTTPException(
             403, "the policy in force refuses what this run would do: " + "; ".join(refused)
+        )
+    if inp.plan is not None:
+        caller.check_granted(
+            secrets.named([s.args for s in inp.plan.steps if again is None or s.id in again])
         )
     return inp.model_copy(update=update)

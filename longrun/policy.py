@@ -33,6 +33,7 @@ what is allowed. Pure code, so the workflow evaluates it on the arguments a call
 from __future__ import annotations
 
 import functools
+import hashlib
 import posixpath
 import tomllib
 from pathlib import Path
@@ -102,6 +103,11 @@ class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+
+    def digest(self) -> str:
+        """A short name of this policy's content, for the audit to say which one a run
+        was admitted under."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
 
     def of(self, tool: str) -> ToolPolicy:
         """The policy of one tool."""

@@ -18,6 +18,7 @@ from temporalio.worker import Worker
 
 from api.app import create_app
 from longrun.dev.stack import ServerThread
+from longrun.policy import Policy
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, submit
 from worker import serving
@@ -299,8 +300,12 @@ async def test_a_retry_is_checked_against_the_policy_in_force(
         refused = await now.post(f"/v1/runs/{run_id}/retry")
     assert refused.status_code == 403, refused.text
     assert "policy in force refuses" in refused.text and "step a" in refused.text
-    # Under the policy it was started with (still in force here), it is retried.
-    assert (await api.post(f"/v1/runs/{run_id}/retry")).status_code == 202
+    # Under the policy it was started with (still in force here), it is retried, and the
+    # new run's audit names the policy it was admitted under.
+    retried = await api.post(f"/v1/runs/{run_id}/retry")
+    assert retried.status_code == 202
+    trail = (await api.get(f"/v1/runs/{retried.json()['run_id']}/audit")).json()["entries"]
+    assert trail[1]["action"] == "policy" and Policy().digest() in trail[1]["detail"]
 
     # A worker enforces the policy in force whatever a run was started with (a schedule's
     # run, a run from before the change): the step is refused and the audit says why.

@@ -36,8 +36,12 @@ class RunParts:
         self.inp = inp
         started = now()
         submitted = AuditEntry(at=started, actor=inp.owner, action="submitted", detail=inp.goal)
+        first = [submitted]
+        if inp.reuse is not None:  # a retry or fork: checked against the policy in force
+            detail = f"{inp.reuse.run_id} started again under policy {inp.config.policy.digest()}"
+            first.append(AuditEntry(at=started, actor=inp.owner, action="policy", detail=detail))
         self.events = EventLog(now)
-        self.audit = AuditLog(now, [submitted], self.events)
+        self.audit = AuditLog(now, first, self.events)
         self.steps = StepBook(now, self.refresh, self.events)
         self.ledger = Ledger(
             now,

@@ -32,7 +32,7 @@ from api.reading import (
     stored_part,
 )
 from api.schemas import RunCreated, answers
-from longrun import refs, secrets, wire
+from longrun import refs, wire
 from longrun.contracts import (
     FINAL_RUN_STATUSES,
     STEP_ID_PATTERN,
@@ -107,7 +107,7 @@ async def retry_run(
         client, caller, run_id, RETRYABLE, "a failed or cancelled run"
     )
     if inp.agent is not None:
-        inp = under_policy_in_force(inp, None, policy)
+        inp = under_policy_in_force(inp, None, policy, caller)
         assert inp.agent is not None
         state = await _final_state(settings, run_id, desc, handle)
         carry = _agent_carry(state, inp.agent, None, None)
@@ -115,7 +115,7 @@ async def retry_run(
     assert inp.plan is not None
     done = await _done_steps(settings, run_id, desc, handle, [s.id for s in inp.plan.steps])
     again = {s.id for s in inp.plan.steps} - set(done)
-    inp = under_policy_in_force(inp, again, policy)
+    inp = under_policy_in_force(inp, again, policy, caller)
     return await _start_again(client, settings, run_id, inp, done, caller, "retry_of")
 
 
@@ -130,10 +130,8 @@ async def _start_again(
     undo: list[CompletedCall] | None = None,
 ) -> RetryCreated:
     """Start the new run of plan run `inp`, taking over the `done` steps of `run_id`, for
-    `caller` (403 if the steps that run name secrets the caller's key is not granted)."""
+    `caller` (`inp` checked for it: `under_policy_in_force`)."""
     assert inp.plan is not None
-    again_steps = [s.args for s in inp.plan.steps if s.id not in done]
-    caller.check_granted(secrets.named(again_steps))
     new_id = f"run-{uuid.uuid4().hex}"
     await run_in_threadpool(_copy_artifacts, settings, run_id, new_id, done)
     reuse = Reuse(run_id=run_id, steps=done, undo=undo or [])
@@ -196,7 +194,7 @@ async def fork_run(
     goal-only run's agent goes on from that step of its plan, with `guidance`."""
     handle, desc, inp = await _ended_run(client, caller, run_id, FINAL_RUN_STATUSES, "an ended run")
     if inp.agent is not None:
-        inp = under_policy_in_force(inp, None, policy)
+        inp = under_policy_in_force(inp, None, policy, caller)
         assert inp.agent is not None
         for name in ("plan_patch", "compensate"):
             if getattr(body, name):
@@ -235,8 +233,9 @@ async def fork_run(
         raise fail_validation(("body", "plan_patch"), "the patched plan: " + "; ".join(where))
     done = await _done_steps(settings, run_id, desc, handle, ids)
     kept = {k: v for k, v in done.items() if k not in again}
+    runs = {s.id for s in plan.steps} - set(kept)
     forked = under_policy_in_force(
-        inp.model_copy(update={"plan": plan, "mcp_tools": mcp_tools}), again, policy
+        inp.model_copy(update={"plan": plan, "mcp_tools": mcp_tools}), runs, policy, caller
     )
     undo = _calls_to_undo(inp.plan, again, done, run_id) if body.compensate else []
     return await _start_again(client, settings, run_id, forked, kept, caller, "fork_of", undo)

@@ -22,7 +22,6 @@ from api.admission import (
     fresh_id,
     request_digest,
     run_input,
-    secrets_named,
     start_run,
 )
 from api.archive import archived
@@ -89,8 +88,7 @@ async def create_run(
 ) -> RunCreated:
     """Start a run of an explicit plan, or of a goal the agent plans itself; a repeated
     `Idempotency-Key` returns the same run."""
-    inp = await run_input(body, settings, policy, hub)  # 422 while Temporal is down
-    caller.check_granted(secrets_named(body))
+    inp = await run_input(body, settings, policy, hub, caller)  # 422 while Temporal is down
     client = await gateway.client()
     fingerprint = request_digest(body)
     run_id = fresh_id("run", IDEMPOTENCY_NAMESPACE, caller.name, idempotency_key)

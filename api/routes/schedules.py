@@ -35,7 +35,6 @@ from api.admission import (
     run_input,
     run_memo,
     run_search_attributes,
-    secrets_named,
 )
 from api.auth import Principal
 from api.deps import Gateway, McpHubDep, PolicyDep, SettingsDep, TemporalClient
@@ -220,11 +219,10 @@ async def create_schedule(
     """Start a run on a cron expression or every so many seconds; a repeated
     `Idempotency-Key` returns the same schedule."""
     try:  # 422 before Temporal is asked anything
-        inp = await run_input(body.run, settings, policy, hub)
+        inp = await run_input(body.run, settings, policy, hub, caller)
     except RequestValidationError as exc:  # its fields are under `run` here
         errors = [{**e, "loc": ("body", "run", *e["loc"][1:])} for e in exc.errors()]
         raise RequestValidationError(errors) from None
-    caller.check_granted(secrets_named(body.run))
     client = await gateway.client()
     schedule_id = fresh_id("sch", IDEMPOTENCY_NAMESPACE, caller.name, idempotency_key)
     fingerprint = _fingerprint(body)
