@@ -10,9 +10,7 @@ from typing import Any
 
 import httpx
 from fastapi import HTTPException
-from temporalio.client import (
-    Client,
-)
+from temporalio.client import Client
 from temporalio.common import (
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
@@ -24,9 +22,7 @@ from activities.tools.destinations import destination_refusal
 from activities.tools.toolbox import toolbox
 from api.auth import Principal
 from api.mcp_tools import request_mcp_tools
-from api.reading import (
-    invalid,
-)
+from api.reading import invalid
 from longrun import secrets, wire
 from longrun.attributes import (
     start_attributes,
@@ -52,8 +48,6 @@ from longrun.plans import (
 )
 from longrun.policy import Policy
 from longrun.settings import Settings
-
-# A label filter: a label key and value as runs carry them, joined by a colon.
 
 IDEMPOTENCY_NAMESPACE = uuid.UUID("6c0f8a3e-4a51-4d0c-9a8e-2f1b7f3d5e11")
 

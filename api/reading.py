@@ -19,9 +19,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryRejectedError,
 )
-from temporalio.common import (
-    QueryRejectCondition,
-)
+from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.archive import final_record
@@ -30,9 +28,7 @@ from api.schemas import (
     RunDetail,
 )
 from longrun import wire
-from longrun.attributes import (
-    STATUS_ATTRIBUTE,
-)
+from longrun.attributes import STATUS_ATTRIBUTE
 from longrun.contracts import (
     FINAL_RUN_STATUSES,
     LABEL_KEY_PATTERN,
@@ -41,9 +37,7 @@ from longrun.contracts import (
     RunState,
     RunStatusName,
 )
-from longrun.plans import (
-    PlanError,
-)
+from longrun.plans import PlanError
 from longrun.settings import Settings
 from longrun.temporal import described
 

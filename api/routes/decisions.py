@@ -45,9 +45,7 @@ from longrun.contracts import (
     Limits,
     RequestOutcome,
 )
-from longrun.plans import (
-    check_limits,
-)
+from longrun.plans import check_limits
 
 # A label filter: a label key and value as runs carry them, joined by a colon.
 

@@ -9,9 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
-from temporalio.client import (
-    Client,
-)
+from temporalio.client import Client
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
