@@ -31,6 +31,7 @@ from temporalio.common import RawValue
 from activities.artifacts import store_for
 from activities.errors import fatal, reported_with_attempt, transient
 from activities.heartbeat import heartbeating
+from activities.tools import sandbox
 from activities.tools.registry import redact
 from longrun.contracts import McpTool, ToolCall, ToolResult
 from longrun.mcp_servers import (
@@ -74,10 +75,13 @@ class _Link:
     """The connection to one server, held open by a task of its own (the SDK's transports
     must be entered and left in one task)."""
 
-    def __init__(self, name: str, server: McpServer, secrets: Mapping[str, SecretStr]) -> None:
+    def __init__(
+        self, name: str, server: McpServer, secrets: Mapping[str, SecretStr], sandbox: str
+    ) -> None:
         self.name = name
         self.server = server
         self._secrets = secrets
+        self._sandbox = sandbox
         self._lock = asyncio.Lock()
         self._client: Client | None = None
         self._stop = asyncio.Event()
@@ -87,6 +91,22 @@ class _Link:
     def revealed(self) -> list[str]:
         """The secret values this connection sends (blanked out of what calls return)."""
         return [self._reveal(SecretName(secret=s)) for s in self.server.secrets()]
+
+    def _command(self) -> list[str]:
+        """The server's command line: inside bubblewrap if it asks for a sandbox (and
+        refused if this worker cannot start one, unless LONGRUN_SANDBOX=unconfined)."""
+        server = self.server
+        if not server.sandbox:
+            return server.command
+        found = sandbox.confinement_of(self._sandbox)
+        if found.mode == "unavailable":
+            raise McpUnavailable(
+                f"MCP server '{self.name}' runs in a sandbox, which this worker cannot "
+                f"start: {found.detail}"
+            )
+        if not found.confined:
+            return server.command
+        return sandbox.server_argv(server.command, server.paths, server.network)
 
     def _reveal(self, value: str | SecretName) -> str:
         if isinstance(value, str):
@@ -120,9 +140,8 @@ class _Link:
                 transport: StdioServerParameters | Any
                 if server.transport == "stdio":
                     env = {k: self._reveal(v) for k, v in server.env.items()}
-                    transport = StdioServerParameters(
-                        command=server.command[0], args=server.command[1:], env=env
-                    )
+                    argv = self._command()
+                    transport = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
                 else:
                     assert server.url is not None
                     headers = {k: self._reveal(v) for k, v in server.headers.items()}
@@ -229,13 +248,15 @@ class _Link:
 class McpHub:
     """The configured MCP servers of one process."""
 
-    def __init__(self, config: McpServers, secrets: Mapping[str, SecretStr]) -> None:
-        self._links = {name: _Link(name, s, secrets) for name, s in config.servers.items()}
+    def __init__(
+        self, config: McpServers, secrets: Mapping[str, SecretStr], sandbox: str = "bwrap"
+    ) -> None:
+        self._links = {name: _Link(name, s, secrets, sandbox) for name, s in config.servers.items()}
 
     @classmethod
     def of(cls, settings: Settings) -> McpHub:
         """The servers `LONGRUN_MCP_SERVERS` configures (a bad file raises McpConfigError)."""
-        return cls(load_mcp_servers(settings.mcp_servers_file), settings.secrets)
+        return cls(load_mcp_servers(settings.mcp_servers_file), settings.secrets, settings.sandbox)
 
     @property
     def servers(self) -> list[str]:

@@ -7,6 +7,12 @@ JSON when it ends in `.json`):
     tools = ["get_current_time", "convert_time"]     # which to expose; all when left out
     side_effects = { get_current_time = "read_only", convert_time = "read_only" }
 
+    [servers.repo]
+    transport = "stdio"
+    command = ["mcp-server-git", "--repository", "/srv/repo"]
+    sandbox = true          # inside bubblewrap: system files read-only, no network, and
+    paths = ["/srv/repo"]   # of the worker's files only these (read-write)
+
     [servers.tickets]
     transport = "streamable-http"
     url = "https://tickets.example/mcp"
@@ -57,6 +63,12 @@ class McpServer(BaseModel):
     )
     # One call's limit; a slower call fails its attempt and is retried.
     timeout_s: float = Field(60.0, gt=0, le=3600)
+    # A stdio server inside bubblewrap, as process tools run (activities/tools/sandbox.py):
+    # it sees system directories and the worker's Python environment read-only, `paths`
+    # read-write, nothing else of the worker's, and no network unless `network`.
+    sandbox: bool = False
+    paths: list[str] = Field(default_factory=list)
+    network: bool = False
 
     @model_validator(mode="after")
     def _reachable(self) -> McpServer:
@@ -64,6 +76,12 @@ class McpServer(BaseModel):
             raise ValueError("a stdio server needs `command` (argv) and no `url`")
         if self.transport == "streamable-http" and (self.url is None or self.command):
             raise ValueError("a streamable-http server needs `url` and no `command`")
+        if (self.paths or self.network) and not self.sandbox:
+            raise ValueError("`paths` and `network` apply to a server with `sandbox = true`")
+        if self.sandbox and self.transport != "stdio":
+            raise ValueError("only a stdio server runs in a sandbox")
+        if any(not p.startswith("/") for p in self.paths):
+            raise ValueError("`paths` are absolute paths")
         return self
 
     def side_effect(self, tool: str) -> SideEffect:

@@ -4,8 +4,11 @@ makes them from a run's step on a worker process of its own, which stays up."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +19,10 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from activities.mcp import McpHub
 from api.app import create_app
 from longrun.dev.stack import ServerThread
+from longrun.mcp_servers import load_mcp_servers
 from longrun.settings import Settings
 from tests.helpers import Poll, start_worker, stop_processes, submit
 from tests.test_tools import Tools
@@ -282,3 +287,48 @@ async def test_network_granted_by_policy_reaches_allowed_hosts_only(
     out = await Tools(plain, "run-" + uuid.uuid4().hex).run("shell", argv=argv)
     lines = out["stdout"].splitlines()
     assert [line.split()[1] for line in lines] == ["refused", "refused"], out
+
+
+async def test_a_stdio_mcp_server_in_a_sandbox_reaches_only_its_paths(
+    tmp_path: Path, listening: int
+) -> None:
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for folder in (mine, theirs):
+        folder.mkdir()
+        (folder / "note.txt").write_text(f"note of {folder.name}")
+    # Inside, the server sees only its paths: its own code goes there too.
+    server = mine / "reader_mcp.py"
+    shutil.copy(Path(__file__).parent / "servers" / "reader_mcp.py", server)
+    command = [sys.executable, str(server)]
+    config = {
+        "servers": {
+            "boxed": {
+                "transport": "stdio",
+                "command": command,
+                "sandbox": True,
+                "paths": [str(mine)],
+            },
+            "loose": {"transport": "stdio", "command": command},
+        }
+    }
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps(config))
+    hub = McpHub(load_mcp_servers(path), {})
+    try:
+        read = {"path": str(mine / "note.txt")}
+        assert (await hub.call("mcp.boxed.read", read, "k1"))["text"] == "note of mine"
+        hidden = await hub.call("mcp.boxed.read", {"path": str(theirs / "note.txt")}, "k2")
+        assert "No such file" in hidden["text"]
+        blocked = await hub.call(
+            "mcp.boxed.connect", {"host": "127.0.0.1", "port": listening}, "k3"
+        )
+        assert "Connection refused" in blocked["text"]
+        # The same server unconfined reads and connects where it is told.
+        loose = await hub.call("mcp.loose.read", {"path": str(theirs / "note.txt")}, "k4")
+        assert loose["text"] == "note of theirs"
+        connected = await hub.call(
+            "mcp.loose.connect", {"host": "127.0.0.1", "port": listening}, "k5"
+        )
+        assert connected["text"] == "connected"
+    finally:
+        await hub.aclose()

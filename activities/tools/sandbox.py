@@ -111,11 +111,10 @@ def interpreter() -> str:
     return sys.executable
 
 
-def _binds(workspace: Path, door: Path | None) -> list[str]:
+def _system() -> list[str]:
+    """The new root's read-only part: system directories, the worker's Python."""
     # /tmp first: what is bound later may live under the host's /tmp (a venv, say).
     args: list[str] = ["--tmpfs", "/tmp"]
-    if door is not None:
-        args += ["--ro-bind", str(door), egress.INSIDE]
     for path in SYSTEM:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -126,6 +125,13 @@ def _binds(workspace: Path, door: Path | None) -> list[str]:
     for prefix in dict.fromkeys(map(Path, (sys.base_prefix, sys.prefix))):
         if not any(prefix.is_relative_to(p) for p in SYSTEM):  # a venv, pyenv, a custom build
             args += ["--ro-bind", str(prefix), str(prefix)]
+    return args
+
+
+def _binds(workspace: Path, door: Path | None) -> list[str]:
+    args = _system()
+    if door is not None:
+        args += ["--ro-bind", str(door), egress.INSIDE]
     return [
         *args,
         "--bind",
@@ -164,6 +170,31 @@ def bwrap_argv(argv: list[str], workspace: Path, door: Path | None = None) -> li
     folder), able to reach allowed hosts through it (activities/tools/egress.py)."""
     if door is not None:
         argv = egress.wrap(argv, interpreter())
+    return [*_bwrap(), *_binds(workspace, door), "--chdir", WORKSPACE, "--", *argv]
+
+
+def server_argv(argv: list[str], paths: list[str], network: bool) -> list[str]:
+    """A long-lived server's `argv` (a stdio MCP server's) in bubblewrap: the new root's
+    read-only part, `paths` read-write, the network only if `network`."""
+    binds = [arg for path in paths for arg in ("--bind", path, path)]
+    share = ["--share-net"] if network else []
+    return [
+        *_bwrap(),
+        *share,
+        *_system(),
+        *binds,
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--remount-ro",
+        "/",
+        "--",
+        *argv,
+    ]
+
+
+def _bwrap() -> list[str]:
     return [
         "bwrap",
         "--unshare-all",
@@ -179,11 +210,6 @@ def bwrap_argv(argv: list[str], workspace: Path, door: Path | None = None) -> li
         "--die-with-parent",
         "--cap-drop",
         "ALL",
-        *_binds(workspace, door),
-        "--chdir",
-        WORKSPACE,
-        "--",
-        *argv,
     ]
 
 
@@ -339,4 +365,9 @@ def _probe(mode: str, path: str) -> Confinement:
 
 def confinement(settings: Settings) -> Confinement:
     """How this process would run process tools (probed once per process)."""
-    return _probe(settings.sandbox, os.environ.get("PATH", os.defpath))
+    return confinement_of(settings.sandbox)
+
+
+def confinement_of(mode: str) -> Confinement:
+    """How this process would run processes in `mode` (LONGRUN_SANDBOX)."""
+    return _probe(mode, os.environ.get("PATH", os.defpath))
