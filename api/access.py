@@ -23,7 +23,7 @@ what it sees but may not do, 403 naming the rule.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -139,11 +139,18 @@ def check(caller: Principal, action: Action, holder: Holder, what: str) -> None:
     raise HTTPException(403, f"to {WORDS[action]} {kinds} needs the role {roles} (or admin)")
 
 
+def holder_in(memo: Mapping[str, Any], unowned: str = "local") -> Holder:
+    """Whom a run or schedule belongs to, from its memo (`unowned`: of one from before
+    owners were kept)."""
+    tenant = memo.get("tenant")
+    return Holder(
+        owner=str(memo.get("owner") or unowned), tenant=tenant if isinstance(tenant, str) else None
+    )
+
+
 async def holder_of(desc: WorkflowExecutionDescription) -> Holder:
-    """Whom a run belongs to, from its memo (runs from before owners: "local")."""
-    owner = await desc.memo_value("owner", "local")
-    tenant = await desc.memo_value("tenant", None)
-    return Holder(owner=str(owner), tenant=tenant if isinstance(tenant, str) else None)
+    """Whom a run belongs to."""
+    return holder_in(await desc.memo())
 
 
 async def run_for(

@@ -27,10 +27,6 @@ class Principal(BaseModel):
     secrets: frozenset[str] = frozenset()
     tenant: str | None = None
 
-    def may(self, *roles: Role) -> bool:
-        """Whether the caller holds one of `roles` (admins hold them all)."""
-        return "admin" in self.roles or bool(self.roles & set(roles))
-
     def as_owner(self) -> dict[str, Any]:
         """What a run this caller starts records of it: its owner and the secrets it may
         use (the grant its every tool call carries)."""

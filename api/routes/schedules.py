@@ -149,11 +149,7 @@ async def _handle(
 
 
 async def _holder(desc: ScheduleDescription) -> access.Holder:
-    memo = await desc.memo()
-    tenant = memo.get("tenant")
-    return access.Holder(
-        owner=str(memo.get("owner") or ""), tenant=tenant if isinstance(tenant, str) else None
-    )
+    return access.holder_in(await desc.memo(), unowned="")
 
 
 async def _described(
