@@ -255,7 +255,14 @@ async def _run_process(
             sandbox.confined_argv(confinement, argv, ctx.workspace, limits, door)
         )
         return await _supervise(
-            argv[0], command, ctx, env, timeout_s=timeout_s, check=check, stdin=stdin
+            argv[0],
+            command,
+            ctx,
+            env,
+            timeout_s=timeout_s,
+            check=check,
+            stdin=stdin,
+            confined=confinement.confined,
         )
     raise AssertionError("unreachable")  # mypy: an exit stack may swallow exceptions
 
@@ -269,9 +276,11 @@ async def _supervise(
     timeout_s: float,
     check: bool,
     stdin: bytes | None,
+    confined: bool,
 ) -> dict[str, Any]:
-    """Run `command` (`name` in messages) to its end, its timeout or the step's
-    cancellation, with its output capped; nothing it started outlives it."""
+    """Run `command` (`name` in messages; in a sandbox if `confined`) to its end, its
+    timeout or the step's cancellation, with its output capped; nothing it started
+    outlives it."""
     try:
         proc = await asyncio.create_subprocess_exec(
             *command,
@@ -325,7 +334,7 @@ async def _supervise(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
-    if code != 0 and command[0] != name:
+    if code != 0 and confined:
         refusal = sandbox.exec_failure(stderr, name)
         if refusal is not None:
             raise fatal(refusal)
