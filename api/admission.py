@@ -190,14 +190,12 @@ async def start_run(client: Client, settings: Settings, inp: RunInput, **memo: A
     )
 
 
-def under_policy_in_force(
-    inp: RunInput, again: set[str] | None, policy: Policy, caller: Principal
-) -> RunInput:
-    """`inp`, to start again (a retry, a fork) for `caller`, under the policy in force rather
-    than the one it was first started with: 403 naming what that policy refuses among the
-    steps that run again (`again`, their ids; None: all) or the agent's tools, or the
-    secrets they name that the caller's key is not granted; else its approvals worked out
-    again and its policy replaced."""
+def under_policy(
+    inp: RunInput, again: set[str] | None, policy: Policy
+) -> tuple[RunInput, list[str]]:
+    """`inp` under `policy` rather than the one it was started with (its approvals worked
+    out again), and what `policy` refuses among the steps that would run (`again`, their
+    ids; None: all) or the agent's tools."""
     tools = toolbox(inp.mcp_tools)
     update: dict[str, Any] = {"config": inp.config.model_copy(update={"policy": policy})}
     refused: list[str] = []
@@ -212,6 +210,17 @@ def under_policy_in_force(
             update["plan"] = normalize_plan(inp.plan, tools, policy)
     if inp.agent is not None:
         refused += [f"tool {t}: not allowed" for t in inp.agent.tools if not policy.allows(t)]
+    return inp.model_copy(update=update), refused
+
+
+def under_policy_in_force(
+    inp: RunInput, again: set[str] | None, policy: Policy, caller: Principal
+) -> RunInput:
+    """`inp`, to start again (a retry, a fork) for `caller`, under the policy in force rather
+    than the one it was first started with: 403 naming what that policy refuses among the
+    steps that run again (`again`, their ids; None: all) or the agent's tools, or the
+    secrets they name that the caller's key is not granted."""
+    admitted, refused = under_policy(inp, again, policy)
     if refused:
         raise HTTPException(
             403, "the policy in force refuses what this run would do: " + "; ".join(refused)
@@ -220,4 +229,4 @@ def under_policy_in_force(
         caller.check_granted(
             secrets.named([s.args for s in inp.plan.steps if again is None or s.id in again])
         )
-    return inp.model_copy(update=update)
+    return admitted

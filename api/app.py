@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
@@ -41,6 +42,7 @@ from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing
 
 log = logging.getLogger("longrun.api")
+READMIT_RETRY_S = 10.0
 
 
 async def _temporal_error(request: Request, exc: Exception) -> JSONResponse:
@@ -58,6 +60,22 @@ async def _query_failed(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=503)
 
 
+async def _readmit_schedules(app: FastAPI) -> None:
+    """Once Temporal answers, bring every schedule's run under the policy this API enforces
+    (a policy changes with a restart); the runs they start are then checked against it."""
+    gateway: TemporalGateway = app.state.temporal
+    while True:
+        try:
+            changed = await schedules.readmit_schedules(await gateway.client(), app.state.policy)
+        except (HTTPException, RPCError) as exc:
+            log.warning("schedules not yet checked against the policy in force: %s", exc)
+            await asyncio.sleep(READMIT_RETRY_S)
+            continue
+        if changed:
+            log.info("schedules brought under the policy in force: %s", ", ".join(changed))
+        return
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the API for `settings` (default: from the environment)."""
     settings = settings or get_settings()
@@ -70,10 +88,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "no API keys configured (LONGRUN_API_KEYS): answering loopback clients only, "
                 "each as admin"
             )
+        readmitting = asyncio.create_task(_readmit_schedules(app), name="readmit-schedules")
         async with app.state.mcp_sessions():
             try:
                 yield
             finally:
+                readmitting.cancel()
                 await app.state.mcp_hub.aclose()
 
     # /docs and /redoc with their scripts and styles served from the package, not a CDN.

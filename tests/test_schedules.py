@@ -10,9 +10,12 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, ScheduleActionStartWorkflow
 from temporalio.worker import Worker
 
+from api.routes.schedules import readmit_schedules
+from longrun.contracts import RunInput
+from longrun.policy import Policy
 from tests.helpers import Poll
 
 PLAN = {"goal": "scheduled echo", "plan": {"steps": [{"id": "e", "tool": "echo"}]}}
@@ -118,3 +121,39 @@ async def test_unknown_schedules_are_404(api: httpx.AsyncClient) -> None:
     for path in ("sch-" + "0" * 32, "nope", "sch-XYZ"):
         assert (await api.get(f"/v1/schedules/{path}")).status_code == 404
         assert (await api.post(f"/v1/schedules/{path}/pause")).status_code in (404, 405)
+
+
+async def _scheduled_input(client: Client, schedule_id: str) -> RunInput:
+    desc = await client.get_schedule_handle(schedule_id).describe()
+    action = desc.schedule.action
+    assert isinstance(action, ScheduleActionStartWorkflow)
+    [inp] = await client.data_converter.decode(list(action.args), [RunInput])
+    assert isinstance(inp, RunInput)
+    return inp
+
+
+async def test_a_schedules_runs_follow_the_policy_in_force(
+    api: httpx.AsyncClient, client: Client
+) -> None:
+    steps = [{"id": "e", "tool": "echo"}, {"id": "sh", "tool": "shell", "args": {"argv": ["true"]}}]
+    body = {"run": {"goal": "nightly", "plan": {"steps": steps}}, "every_s": 3600, "paused": True}
+    created = await api.post("/v1/schedules", json=body)
+    assert created.status_code == 201, created.text
+    schedule_id = created.json()["schedule_id"]
+    assert (await api.post(f"/v1/schedules/{schedule_id}/resume")).status_code == 200
+
+    # A policy that gates echo now: the schedule's runs start under it (the workflow
+    # evaluates its rules at each call).
+    gated = Policy.model_validate({"tools": {"echo": {"approval": "always"}}})
+    assert schedule_id in await readmit_schedules(client, gated)
+    assert (await _scheduled_input(client, schedule_id)).config.policy == gated
+    assert schedule_id not in await readmit_schedules(client, gated)  # nothing more to do
+    assert (await api.get(f"/v1/schedules/{schedule_id}")).json()["paused"] is False
+
+    # A policy that forbids shell: the schedule stops, saying why.
+    forbidding = Policy.model_validate({"tools": {"shell": {"allowed": False}}})
+    assert schedule_id in await readmit_schedules(client, forbidding)
+    schedule = (await api.get(f"/v1/schedules/{schedule_id}")).json()
+    assert schedule["paused"] is True
+    assert "the policy in force refuses its run: step sh" in schedule["note"]
+    assert (await api.delete(f"/v1/schedules/{schedule_id}")).status_code == 204

@@ -24,6 +24,8 @@ from temporalio.client import (
     SchedulePolicy,
     ScheduleSpec,
     ScheduleState,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -35,6 +37,7 @@ from api.admission import (
     run_input,
     run_memo,
     run_search_attributes,
+    under_policy,
 )
 from api.auth import Principal
 from api.deps import Gateway, McpHubDep, PolicyDep, SettingsDep, TemporalClient
@@ -42,7 +45,8 @@ from api.pages import unwrap_token, wrap_token
 from api.reading import fail_validation, run_links
 from api.schemas import Links, answers
 from longrun import wire
-from longrun.contracts import LabelKey, LabelValue, RunRequest
+from longrun.contracts import LabelKey, LabelValue, RunInput, RunRequest
+from longrun.policy import Policy
 from longrun.settings import Settings
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"], responses=answers(401, 403))
@@ -353,6 +357,36 @@ async def _set_paused(
     note = f"{reason} (by {caller.name})"
     await (handle.pause(note=note) if paused else handle.unpause(note=note))
     return await _detail(schedule_id, await handle.describe(), settings)
+
+
+async def readmit_schedules(client: Client, policy: Policy) -> list[str]:
+    """Bring the run of every schedule under the policy in force, so that the runs it starts
+    from now on are checked against it, not against the policy it was created under; a
+    schedule whose run that policy refuses is paused, saying why. The schedules changed."""
+    changed: list[str] = []
+
+    async def readmitted(given: ScheduleUpdateInput) -> ScheduleUpdate | None:
+        schedule = given.description.schedule
+        action = schedule.action
+        if not isinstance(action, ScheduleActionStartWorkflow) or len(action.args) != 1:
+            return None
+        [inp] = await client.data_converter.decode(list(action.args), [RunInput])
+        if not isinstance(inp, RunInput) or inp.config.policy == policy:
+            return None
+        admitted, refused = under_policy(inp, None, policy)
+        action.args = [admitted]
+        if refused and not schedule.state.paused:
+            schedule.state.paused = True
+            schedule.state.note = "paused: the policy in force refuses its run: " + "; ".join(
+                refused
+            )
+        changed.append(given.description.id)
+        return ScheduleUpdate(schedule=schedule)
+
+    async for item in await client.list_schedules():
+        if SCHEDULE_ID.match(item.id):
+            await client.get_schedule_handle(item.id).update(readmitted)
+    return changed
 
 
 @router.delete("/{schedule_id}", status_code=204, responses=answers(404))
