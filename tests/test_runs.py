@@ -22,6 +22,7 @@ from longrun.attributes import (
     STEPS_DONE_ATTRIBUTE,
     STEPS_TOTAL_ATTRIBUTE,
 )
+from longrun.contracts import ToolCall
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, sleep_for, sleeping, submit
@@ -411,3 +412,20 @@ async def test_status_previews_big_outputs_and_the_step_endpoint_has_them_whole(
     assert whole.json()["output"] == {"value": "y" * 5000}
     assert (await api.get(f"/v1/runs/{run_id}/steps/nope")).status_code == 404
     assert (await api.get("/v1/runs/no-such-run/steps/big")).status_code == 404
+
+
+async def test_a_runs_later_tool_calls_know_its_workspace_was_used(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    steps = [{"id": "a", "tool": "echo"}, {"id": "b", "tool": "echo", "depends_on": ["a"]}]
+    run_id = await submit(api, steps)
+    assert (await wait_run(run_id))["status"] == "completed"
+    used = []
+    async for event in client.get_workflow_handle(run_id).fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled = event.activity_task_scheduled_event_attributes
+            if scheduled.activity_type.name == "tool.echo":
+                [call] = await client.data_converter.decode(scheduled.input.payloads, [ToolCall])
+                used.append(call.workspace_used)
+    # The second may not find itself on a worker without the workspace the first made.
+    assert used == [False, True]

@@ -470,6 +470,17 @@ async def test_a_retry_that_finds_no_workspace_says_it_was_lost(
     assert info.value.type == "WorkspaceLost" and info.value.non_retryable
     assert "workers must share LONGRUN_DATA_DIR" in info.value.message
     assert not (cfg.workspaces_dir / tools.run_id).exists()  # nothing made in its place
+    # So does the next step of a run whose earlier step ran in it.
+    later = ToolCall(
+        run_id=tools.run_id,
+        step_id="s2",
+        idempotency_key="k2",
+        args={"argv": ["true"]},
+        workspace_used=True,
+    )
+    with pytest.raises(ApplicationError) as info:
+        await ActivityEnvironment().run(tools.fns["tool.shell"], later)
+    assert info.value.type == "WorkspaceLost" and "an earlier step had it" in info.value.message
     # A first attempt makes it; a retry on a worker that shares it carries on.
     await tools.run("write_file", path="made.txt", content="x")
     result = await retry.run(tools.fns["tool.shell"], call)

@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolResult,
     )
+    from longrun.mcp_servers import PREFIX as MCP_PREFIX
 
 
 class Calls:
@@ -75,6 +76,8 @@ class Calls:
         self.run_id = run_id
         # Every tool call and check carries it: the activity checks a secret against it.
         self.grant = grant
+        # Whether a tool call of this run completed in its workspace (carried on).
+        self.workspace_used = False
         self._ledger = ledger
         self._window = model_retry_window
         self._scheduled = 0
@@ -108,6 +111,7 @@ class Calls:
             idempotency_key=f"{run_id}:{step_id}",
             args=args,
             grant=self.grant,
+            workspace_used=self.workspace_used and run_id == self.run_id,
         )
         limit = timedelta(seconds=timeout_s) if timeout_s else TOOL_TIMEOUT
         own = args.get("timeout_s")
@@ -129,6 +133,8 @@ class Calls:
             if patched(TOOL_CANCEL_PATCH)
             else ActivityCancellationType.TRY_CANCEL,
         )
+        if run_id == self.run_id and not tool.startswith(MCP_PREFIX):
+            self.workspace_used = True  # a built-in tool ran in it
         return result
 
     async def complete(

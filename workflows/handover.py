@@ -50,6 +50,7 @@ class HandOver:
         p.undo.restore(carry.completed_calls, carry.compensate_on_cancel)
         p.children.restore(carry.children)
         p.reporting.sent = carry.reports_sent
+        p.calls.workspace_used = carry.workspace_used
 
     def due(self, settled: int) -> bool:
         """Whether to continue as new, after `settled` steps ended in this segment."""
@@ -171,6 +172,7 @@ class HandOver:
             completed_calls=p.undo.calls,
             pause_request=p.ledger.pause_request,
             compensate_on_cancel=p.undo.compensate_on_cancel,
+            workspace_used=p.calls.workspace_used,
             agent=agent,
             archived=p.audit.archived,
             approvals_archived=list(p.approvals.archived),

@@ -180,19 +180,20 @@ def tool(
     return register
 
 
-def workspace_of(settings: Settings, run_id: str, attempt: int = 1) -> Path:
-    """The run's workspace directory, created on first use. A retried attempt that finds
-    none lost it: its first attempt made it, on a worker whose disk this one does not share
-    (or that disk is gone), and the step would carry on from a different state; it fails
-    and says so instead."""
+def workspace_of(settings: Settings, run_id: str, attempt: int = 1, used: bool = False) -> Path:
+    """The run's workspace directory, created on first use. A call that finds none though
+    an earlier attempt of it (`attempt` > 1) or an earlier call of the run (`used`) ran in
+    it lost it: on a worker whose disk this one does not share, or a disk that is gone. The
+    step would carry on from a different state; it fails and says so instead."""
     if not _RUN_ID.match(run_id):
         raise fatal(f"run id '{run_id}' cannot name a workspace")
     path = settings.workspaces_dir / run_id / "workspace"
-    if attempt > 1 and not path.is_dir():
+    if (attempt > 1 or used) and not path.is_dir():
+        earlier = "an earlier attempt of this step" if attempt > 1 else "an earlier step"
         raise fatal(
-            f"the run's workspace is not on this worker ({path}), though an earlier attempt "
-            "of this step had it: workers must share LONGRUN_DATA_DIR, and a lost disk loses "
-            "what the run's steps wrote",
+            f"the run's workspace is not on this worker ({path}), though {earlier} had it: "
+            "workers must share LONGRUN_DATA_DIR, and a lost disk loses what the run's steps "
+            "wrote",
             type="WorkspaceLost",
         )
     path.mkdir(parents=True, exist_ok=True)
@@ -212,7 +213,7 @@ def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
                 if refusal is not None:
                     raise fatal(refusal, type="ToolForbidden")
                 # First, so that every attempt but one that lost it finds it (see there).
-                workspace = workspace_of(settings, call.run_id, attempt)
+                workspace = workspace_of(settings, call.run_id, attempt, call.workspace_used)
                 # References to big outputs of earlier steps become their content again.
                 raw = await store.expanded(call.run_id, call.args)
                 args = spec.args_model.model_validate(raw)

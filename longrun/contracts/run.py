@@ -232,6 +232,8 @@ class RunCarry(BaseModel):
     outcomes: list[RequestOutcome] = Field(default_factory=list)  # of the latest requests
     deferred_decisions: list[ApprovalDecision] = Field(default_factory=list)
     children: list[ChildRun] = Field(default_factory=list)
+    # A tool call of the run has completed in its workspace, so the workspace must be there.
+    workspace_used: bool = False
     reports_sent: int = 0  # a child run's reports to its parent so far
 
 

@@ -38,6 +38,8 @@ class ToolCall(BaseModel):
     args: dict[str, Any] = Field(default_factory=dict)
     # A call scheduled before runs carried grants may use no secret.
     grant: SecretGrant = Field(default_factory=SecretGrant)
+    # An earlier call of the run completed in its workspace: a worker without it lost it.
+    workspace_used: bool = False
 
 
 class ToolResult(BaseModel):
