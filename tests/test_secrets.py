@@ -87,6 +87,18 @@ async def http(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
+def _context(settings: Settings, grant: SecretGrant) -> ToolContext:
+    """What a tool of a run carrying `grant` gets."""
+    return ToolContext(
+        run_id="run-x",
+        step_id="s",
+        idempotency_key="k",
+        workspace=Path("."),
+        settings=settings,
+        grant=grant,
+    )
+
+
 def readable(exported: str) -> str:
     """The exported history with every payload decoded (the CLI prints them as base64)."""
     texts = [exported]
@@ -291,14 +303,7 @@ async def test_a_failure_of_any_kind_is_redacted(settings: Settings) -> None:
         raise ValueError(f"Illegal header value {value!r}")  # what a client library says
 
     spec = dataclasses.replace(REGISTRY["echo"], fn=careless)
-    ctx = ToolContext(
-        run_id="run-x",
-        step_id="s",
-        idempotency_key="k",
-        workspace=Path("."),
-        settings=settings,
-        grant=OPS,
-    )
+    ctx = _context(settings, OPS)
     with pytest.raises(ApplicationError) as info:
         await call_redacted(spec, spec.args_model.model_validate({}), ctx)
     assert info.value.type == "ValueError" and "[secret]" in info.value.message
@@ -405,14 +410,7 @@ async def test_a_secret_reached_indirectly_is_refused_where_it_would_be_revealed
 
 
 async def test_a_run_loses_a_secret_taken_from_its_key(settings: Settings) -> None:
-    ctx = ToolContext(
-        run_id="run-x",
-        step_id="s",
-        idempotency_key="k",
-        workspace=Path("."),
-        settings=settings,
-        grant=SecretGrant(owner="intern", names=["svc_token"]),  # granted when it started
-    )
+    ctx = _context(settings, SecretGrant(owner="intern", names=["svc_token"]))  # at its start
     with pytest.raises(ApplicationError) as info:
         reveal(ctx, SecretRef(secret="svc_token"))
     assert "'intern' that started this run is no longer granted 'svc_token'" in info.value.message

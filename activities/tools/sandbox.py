@@ -140,13 +140,13 @@ def _binds(workspace: Path, door: Path | None) -> list[str]:
         "--ro-bind",
         str(_backups(workspace)),
         f"{WORKSPACE}/.longrun",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--remount-ro",
-        "/",
+        *_FINISH,
     ]
+
+
+# Its own /proc and a minimal /dev; then the root is made read-only (bound folders keep
+# their own mode).
+_FINISH = ("--proc", "/proc", "--dev", "/dev", "--remount-ro", "/")
 
 
 def _backups(workspace: Path) -> Path:
@@ -183,12 +183,7 @@ def server_argv(argv: list[str], paths: list[str], network: bool) -> list[str]:
         *share,
         *_system(),
         *binds,
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--remount-ro",
-        "/",
+        *_FINISH,
         "--",
         *argv,
     ]
