@@ -11,13 +11,14 @@ from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime, timedelta
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.artifacts import ArtifactStore, store_for
 from activities.endpoint import model_problem
 from activities.hosting import activities_for
 from activities.tools.sandbox import confinement
+from longrun import wire
 from longrun.contracts import RUN_ID_PATTERN
 from longrun.heap import freeze_startup_heap
 from longrun.settings import Settings, get_settings
@@ -144,6 +145,37 @@ async def run_worker(settings: Settings) -> None:
         if problem is not None:
             log.warning("%s", problem)
         await stop.wait()
+
+
+async def check_replay(
+    client: Client,
+    limit: int,
+    where: str | None = None,
+    workflows: tuple[type, ...] = (RunWorkflow,),
+) -> tuple[int, list[str]]:
+    """Replay against this code the histories of the namespace's open runs and of its latest
+    ended ones (at most `limit` of each, narrowed by the visibility query `where`): how
+    many were replayed, and a line for each that does not replay, naming the run and what
+    diverged. Before a deploy, a line here is a run the new code would break. In the default
+    sandbox, stricter than the worker's, so a non-deterministic call on a replayed path
+    shows too."""
+    replayer = Replayer(
+        workflows=list(workflows),
+        data_converter=client.data_converter,
+        workflow_runner=SandboxedWorkflowRunner(),
+    )
+    base = f"WorkflowType = '{wire.RUN_WORKFLOW}'" + (f" AND ({where})" if where else "")
+    replayed = 0
+    failures: list[str] = []
+    for status in ("ExecutionStatus = 'Running'", "ExecutionStatus != 'Running'"):
+        async for found in client.list_workflows(f"{base} AND {status}", limit=limit):
+            handle = client.get_workflow_handle(found.id, run_id=found.run_id)
+            history = await handle.fetch_history()
+            result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+            replayed += 1
+            if result.replay_failure is not None:
+                failures.append(f"{found.id} (execution {found.run_id}): {result.replay_failure}")
+    return replayed, failures
 
 
 def main() -> None:

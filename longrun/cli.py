@@ -51,6 +51,32 @@ def worker() -> None:
     worker_process.main()
 
 
+@app.command("check-replay")
+def check_replay(
+    limit: Annotated[int, typer.Option(min=1, help="open runs, and ended ones, to replay")] = 50,
+    where: Annotated[
+        str | None, typer.Option(help="a visibility query that narrows the runs")
+    ] = None,
+) -> None:
+    """Replay the histories of open and recent runs in TEMPORAL_NAMESPACE against this
+    code; exits 1 naming each run that does not replay (the step before a deploy).
+
+    Example: longrun check-replay --limit 100
+    """
+    import worker as worker_process
+    from longrun.temporal import connect
+
+    async def check() -> tuple[int, list[str]]:
+        client = await connect(get_settings())
+        return await worker_process.check_replay(client, limit, where)
+
+    replayed, failures = asyncio.run(check())
+    for failure in failures:
+        typer.echo(f"does not replay: {failure}", err=True)
+    typer.echo(f"{replayed} runs replayed, {len(failures)} do not replay")
+    sys.exit(1 if failures else 0)
+
+
 @app.command()
 def api() -> None:
     """Serve the REST API on LONGRUN_API_HOST:LONGRUN_API_PORT.

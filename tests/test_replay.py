@@ -12,6 +12,9 @@ rename them first to add a history from new code beside the old ones).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from api.app import create_app
 from longrun.settings import Settings
 from longrun.temporal import DATA_CONVERTER
-from tests.helpers import Poll, StandIn, submit
+from tests.helpers import REPO, Poll, StandIn, submit
+from tests.unpatched_run import TimerFirstRun
+from worker import check_replay
 from workflows import RunWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -308,3 +313,37 @@ async def test_a_run_with_an_approval_deadline_and_figures_replays(
     run = await wait_run(run_id)
     assert run["status"] == "completed" and run["figures"]["approvals"] == 1
     await replays_and_is_kept(client, run_id, "deadline_and_figures")
+
+
+async def test_check_replay_names_runs_a_change_would_break(
+    api: httpx.AsyncClient,
+    client: Client,
+    worker: Worker,
+    wait_run: Poll,
+    settings: Settings,
+    tmp_path: Path,
+) -> None:
+    label = {"check": uuid.uuid4().hex[:12]}
+    ended = await submit(api, [{"id": "a", "tool": "echo"}], labels=label)
+    waiting = await submit(api, [{"id": "g", "approval": {"message": "ok?"}}], labels=label)
+    await wait_run(ended)
+    await wait_run(waiting, lambda r: r["status"] == "waiting_approval")
+    where = f"LongrunLabels = 'check:{label['check']}'"
+    assert await check_replay(client, 10, where) == (2, [])
+    replayed, failures = await check_replay(client, 10, where, (TimerFirstRun,))
+    assert replayed == 2 and len(failures) == 2
+    assert all("nondetermin" in f.lower() for f in failures), failures
+    assert {f.split(" ", 1)[0] for f in failures} == {ended, waiting}
+    # The command, as an operator runs it before a deploy: this code replays them all.
+    env = {**os.environ, "TEMPORAL_ADDRESS": settings.temporal_address}
+    checked = subprocess.run(
+        [sys.executable, "-m", "longrun.cli", "check-replay", "--where", where],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert "2 runs replayed, 0 do not replay" in checked.stdout
+    await client.get_workflow_handle(waiting).terminate("test")
