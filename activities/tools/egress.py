@@ -29,7 +29,6 @@ from longrun.settings import Settings
 
 INSIDE = "/run/longrun"  # where the socket and the forwarder are, seen from inside
 PORT = 3128
-HEAD_LIMIT = 64 * 1024
 CONNECT_TIMEOUT_S = 10.0
 
 FORWARDER = """\
@@ -108,9 +107,7 @@ async def _proxy(
     settings: Settings, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
     """One proxied connection: refused (403, with the reason) unless the host is allowed."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    if len(head) > HEAD_LIMIT:
-        return
+    head = await reader.readuntil(b"\r\n\r\n")  # at most the reader's limit, 64 KiB
     line, rest = head.split(b"\r\n", 1)
     method, target, version = line.decode("latin-1").split(" ", 2)
     if method == "CONNECT":

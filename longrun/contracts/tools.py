@@ -21,13 +21,6 @@ class SecretGrant(BaseModel):
         """Whether the secret `name` is granted."""
         return "*" in self.names or name in self.names
 
-    def within(self, names: list[str]) -> SecretGrant:
-        """This grant narrowed to `names` (the stricter of the two)."""
-        if "*" in names:
-            return self
-        kept = sorted(names) if "*" in self.names else [n for n in self.names if n in names]
-        return SecretGrant(owner=self.owner, names=kept)
-
 
 class ToolCall(BaseModel):
     """Input of every `tool.<name>` activity."""
