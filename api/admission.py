@@ -23,7 +23,7 @@ from activities.tools.toolbox import toolbox
 from api.auth import Principal
 from api.mcp_tools import request_mcp_tools
 from api.reading import invalid
-from longrun import secrets, wire
+from longrun import grants, secrets, wire
 from longrun.attributes import (
     start_attributes,
     start_memo,
@@ -225,8 +225,5 @@ def under_policy_in_force(
         raise HTTPException(
             403, "the policy in force refuses what this run would do: " + "; ".join(refused)
         )
-    if inp.plan is not None:
-        caller.check_granted(
-            secrets.named([s.args for s in inp.plan.steps if again is None or s.id in again])
-        )
+    caller.check_granted(grants.named_in(inp, again))
     return admitted

@@ -10,15 +10,21 @@ from longrun.contracts import RunInput, SecretGrant, ToolCheck
 from longrun.settings import Settings
 
 
+def named_in(inp: RunInput, steps: set[str] | None = None) -> list[str]:
+    """The secrets a run's plan steps (those of `steps`; None: all) and its agent's
+    acceptance checks name."""
+    args = [s.args for s in inp.plan.steps if steps is None or s.id in steps] if inp.plan else []
+    if inp.agent is not None:
+        args += [c.check.args for c in inp.agent.acceptance if isinstance(c.check, ToolCheck)]
+    return secrets.named(args)
+
+
 def grant_of(inp: RunInput) -> SecretGrant:
     """The grant a run's calls carry. A run started before runs carried grants may use the
     secrets its plan and checks named when it was submitted (and checked)."""
     if inp.secrets is not None:
         return SecretGrant(owner=inp.owner, names=list(inp.secrets))
-    named = [s.args for s in inp.plan.steps] if inp.plan is not None else []
-    if inp.agent is not None:
-        named += [c.check.args for c in inp.agent.acceptance if isinstance(c.check, ToolCheck)]
-    return SecretGrant(owner=inp.owner, names=secrets.named(named))
+    return SecretGrant(owner=inp.owner, names=named_in(inp))
 
 
 def refusal(settings: Settings, grant: SecretGrant, name: str) -> str | None:

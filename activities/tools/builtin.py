@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import ssl
+import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -377,7 +378,7 @@ class PythonArgs(_Args):
 @tool("python", args=PythonArgs, side_effect=SideEffect.IRREVERSIBLE)
 async def python(args: PythonArgs, ctx: ToolContext) -> dict[str, Any]:
     """Run Python code in a fresh interpreter in the run's workspace."""
-    argv = [sandbox.interpreter(), "-I", "-c", args.code]
+    argv = [sys.executable, "-I", "-c", args.code]
     return await _run_process("python", argv, ctx, timeout_s=args.timeout_s, check=args.check)
 
 

@@ -8,11 +8,16 @@ import httpx
 from longrun.settings import Settings
 
 
+def port_of(url: httpx.URL) -> int:
+    """The port a request to `url` goes to."""
+    return url.port or (443 if url.scheme == "https" else 80)
+
+
 def destination_refusal(settings: Settings, url: httpx.URL) -> str | None:
     """Why a run may not send a request to `url` (a host off the allow-list, or one of
     longrun's own services), or None."""
     host = (url.host or "").lower()
-    port = url.port or (443 if url.scheme == "https" else 80)
+    port = port_of(url)
     # An entry is a host (any port) or host:port ([v6]:port for IPv6 addresses).
     pair = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     allowed = settings.http_allow_hosts

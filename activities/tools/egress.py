@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from activities.tools.destinations import destination_refusal
+from activities.tools.destinations import destination_refusal, port_of
 from longrun.settings import Settings
 
 INSIDE = "/run/longrun"  # where the socket and the forwarder are, seen from inside
@@ -125,9 +125,8 @@ async def _proxy(
         )
         await writer.drain()
         return
-    port_number = url.port or (443 if url.scheme == "https" else 80)
     up_reader, up_writer = await asyncio.wait_for(
-        asyncio.open_connection(url.host, port_number), CONNECT_TIMEOUT_S
+        asyncio.open_connection(url.host, port_of(url)), CONNECT_TIMEOUT_S
     )
     try:
         if method == "CONNECT":

@@ -106,11 +106,6 @@ def limits_of(settings: Settings, timeout_s: float) -> Limits:
     )
 
 
-def interpreter() -> str:
-    """The Python interpreter the `python` tool runs: the worker's, with its packages."""
-    return sys.executable
-
-
 def _system() -> list[str]:
     """The new root's read-only part: system directories, the worker's Python."""
     # /tmp first: what is bound later may live under the host's /tmp (a venv, say).
@@ -169,7 +164,7 @@ def bwrap_argv(argv: list[str], workspace: Path, door: Path | None = None) -> li
     """`argv` wrapped in bubblewrap, confined to `workspace`; with a `door` (an egress
     folder), able to reach allowed hosts through it (activities/tools/egress.py)."""
     if door is not None:
-        argv = egress.wrap(argv, interpreter())
+        argv = egress.wrap(argv, sys.executable)
     return [*_bwrap(), *_binds(workspace, door), "--chdir", WORKSPACE, "--", *argv]
 
 
@@ -262,18 +257,19 @@ def confined_argv(
         yield argv
         return
     inner = bwrap_argv(argv, workspace, door)
-    root = os.geteuid() == 0
-    if confinement.pids_cgroup is None:
-        yield ["sh", "-c", _limits_script(limits, root=root, group=None), "sh", *inner]
-        return
-    group = confinement.pids_cgroup / f"call-{uuid.uuid4().hex}"
-    group.mkdir()
+    group = None
+    if confinement.pids_cgroup is not None:
+        group = confinement.pids_cgroup / f"call-{uuid.uuid4().hex}"
+        group.mkdir()
     try:
-        (group / "pids.max").write_text(str(limits.processes))
-        script = _limits_script(limits, root=root, group=group)
-        yield ["sh", "-c", script, str(group), *inner]
+        if group is not None:
+            (group / "pids.max").write_text(str(limits.processes))
+        script = _limits_script(limits, root=os.geteuid() == 0, group=group)
+        # The script's $0 names the group it joins.
+        yield ["sh", "-c", script, str(group or "sh"), *inner]
     finally:
-        _remove_group(group)
+        if group is not None:
+            _remove_group(group)
 
 
 def _remove_group(group: Path, tries: int = 100) -> None:
