@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import signal
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -29,6 +32,7 @@ from longrun.temporal import (
     ensure_search_attributes,
     metrics_runtime,
 )
+from longrun.versions import VERSION_KEY, build_id, deployment_config, promote
 from workflows import RunWorkflow
 
 log = logging.getLogger("longrun.worker")
@@ -44,26 +48,33 @@ SHARED_MODULES_SANDBOX = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
 )
 SWEEP_EVERY = timedelta(hours=1)
+PATCH = "core_patch"  # the marker `workflow.patched()` records
 # A folder or prefix not named like the API's run ids is not a run's to delete.
 RUN_ID = re.compile(RUN_ID_PATTERN)
 
 
 @asynccontextmanager
-async def serving(client: Client, settings: Settings) -> AsyncIterator[Worker]:
+async def serving(
+    client: Client, settings: Settings, workflows: Sequence[type] = (RunWorkflow,)
+) -> AsyncIterator[Worker]:
     """A running worker on the task queue: the run workflow and every activity, and the
-    artifact retention sweep when `LONGRUN_ARTIFACT_RETENTION_DAYS` is set."""
+    artifact retention sweep when `LONGRUN_ARTIFACT_RETENTION_DAYS` is set. A versioned
+    worker (LONGRUN_VERSIONING) makes its version current first if it is new."""
     async with (
         activities_for(settings) as activities,
         Worker(
             client,
             task_queue=settings.task_queue,
-            workflows=[RunWorkflow],
+            workflows=list(workflows),
             activities=activities,
             graceful_shutdown_timeout=timedelta(seconds=settings.worker_shutdown_s),
             max_cached_workflows=settings.max_cached_runs,
             workflow_runner=SHARED_MODULES_SANDBOX,
+            deployment_config=deployment_config(settings),
         ) as worker,
     ):
+        if settings.versioning:
+            log.info("%s", await promote(client, settings))
         sweeper = None
         if settings.artifact_retention_days is not None:
             retention = timedelta(days=settings.artifact_retention_days)
@@ -120,7 +131,7 @@ async def _sweep_forever(client: Client, store: ArtifactStore, retention: timede
         await asyncio.sleep(SWEEP_EVERY.total_seconds())
 
 
-async def run_worker(settings: Settings) -> None:
+async def run_worker(settings: Settings, workflows: Sequence[type] = (RunWorkflow,)) -> None:
     """Poll the task queue until SIGINT or SIGTERM, then finish in-flight work and exit."""
     client = await connect_patiently(settings, log, metrics_runtime(settings))
     await ensure_search_attributes(client)
@@ -134,12 +145,13 @@ async def run_worker(settings: Settings) -> None:
     else:  # unconfined by choice, or refused: either way someone should know
         log.warning("process tools are %s: %s", found.mode, found.detail)
     freeze_startup_heap()
-    async with serving(client, settings):
+    async with serving(client, settings, workflows):
         log.info(
-            "worker polling task queue %r on %s (namespace %s)",
+            "worker polling task queue %r on %s (namespace %s) as %s",
             settings.task_queue,
             settings.temporal_address,
             settings.temporal_namespace,
+            f"version {build_id(settings)}" if settings.versioning else "an unversioned worker",
         )
         problem = await model_problem(settings)
         if problem is not None:
@@ -147,35 +159,61 @@ async def run_worker(settings: Settings) -> None:
         await stop.wait()
 
 
+class ReplayCheck(NamedTuple):
+    """What `check_replay` found."""
+
+    replayed: int
+    failures: list[str]  # a line for each run that does not replay
+    alike: int  # runs not replayed: enough of their version and patch set were
+
+
 async def check_replay(
     client: Client,
     limit: int,
     where: str | None = None,
     workflows: tuple[type, ...] = (RunWorkflow,),
-) -> tuple[int, list[str]]:
+    per_set: int = 10,
+) -> ReplayCheck:
     """Replay against this code the histories of the namespace's open runs and of its latest
-    ended ones (at most `limit` of each, narrowed by the visibility query `where`): how
-    many were replayed, and a line for each that does not replay, naming the run and what
-    diverged. Before a deploy, a line here is a run the new code would break. In the default
-    sandbox, stricter than the worker's, so a non-deterministic call on a replayed path
-    shows too."""
+    ended ones (at most `limit` of each, narrowed by the visibility query `where`), a
+    sample of at most `per_set` for each worker version and set of patches their histories
+    took, open and ended apart. Before a deploy, a failure here is a run the new code would
+    break, named with the event where it diverged. In the default sandbox, stricter than the
+    worker's, so a non-deterministic call on a replayed path shows too."""
     replayer = Replayer(
         workflows=list(workflows),
         data_converter=client.data_converter,
         workflow_runner=SandboxedWorkflowRunner(),
     )
     base = f"WorkflowType = '{wire.RUN_WORKFLOW}'" + (f" AND ({where})" if where else "")
-    replayed = 0
+    replayed = alike = 0
     failures: list[str] = []
     for status in ("ExecutionStatus = 'Running'", "ExecutionStatus != 'Running'"):
+        sampled: Counter[tuple[str | None, frozenset[str]]] = Counter()
         async for found in client.list_workflows(f"{base} AND {status}", limit=limit):
             handle = client.get_workflow_handle(found.id, run_id=found.run_id)
             history = await handle.fetch_history()
+            kind = (found.typed_search_attributes.get(VERSION_KEY), patches_in(history))
+            if sampled[kind] >= per_set:
+                alike += 1
+                continue
+            sampled[kind] += 1
             result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
             replayed += 1
             if result.replay_failure is not None:
                 failures.append(f"{found.id} (execution {found.run_id}): {result.replay_failure}")
-    return replayed, failures
+    return ReplayCheck(replayed, failures, alike)
+
+
+def patches_in(history: WorkflowHistory) -> frozenset[str]:
+    """The patches (`workflow.patched`) a history's run took."""
+    found = set()
+    for event in history.events:
+        marker = event.marker_recorded_event_attributes
+        if event.HasField("marker_recorded_event_attributes") and marker.marker_name == PATCH:
+            for payload in marker.details["patch_data"].payloads:
+                found.add(str(json.loads(payload.data).get("id")))
+    return frozenset(found)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from longrun.contracts import Decision, RunState, RunStatusName
+from longrun.versions import VersionStatus
 
 
 class Links(BaseModel):
@@ -56,6 +57,9 @@ class RunSummary(BaseModel):
     closed_at: datetime | None
     links: Links
     schedule_id: str | None = Field(None, description="the schedule that started it, if any")
+    version: str | None = Field(
+        None, description="the worker version (build id) it is on, or ended on"
+    )
 
 
 class RunList(BaseModel):
@@ -115,6 +119,18 @@ _ANSWERS = {
 def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI descriptions of error answers a route gives besides 422."""
     return {code: {"model": Problem, "description": _ANSWERS[code]} for code in codes}
+
+
+class WorkerVersion(BaseModel):
+    """A version of the workers' deployment (longrun/versions.py)."""
+
+    build_id: str
+    status: VersionStatus = Field(
+        description="Temporal's: current takes new runs; draining still has runs on it"
+    )
+    open_runs: int = Field(description="runs on it now; at 0 its workers may stop")
+    workers: int = Field(description="workers polling as this version")
+    stranded: bool = Field(description="runs are on it and no worker serves them")
 
 
 class ProcessTools(BaseModel):

@@ -1,5 +1,6 @@
 """The `longrun` command: the local stack and its processes (`dev`, `worker`, `api`,
-`standin`, `conformance`, `demo`, `hash-key`), and the commands that talk to a running
+`standin`, `conformance`, `demo`, `hash-key`), the deploy's (`check-replay`, `deployment`),
+and the commands that talk to a running
 API (longrun.commands)."""
 
 from __future__ import annotations
@@ -7,13 +8,16 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from longrun.client import DEFAULT_API_URL
 from longrun.commands import COMMANDS, ApiKey, ApiUrl
 from longrun.settings import get_settings
+
+if TYPE_CHECKING:
+    from longrun.versions import VersionState
 
 app = typer.Typer(
     name="longrun",
@@ -53,28 +57,92 @@ def worker() -> None:
 
 @app.command("check-replay")
 def check_replay(
-    limit: Annotated[int, typer.Option(min=1, help="open runs, and ended ones, to replay")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="open runs, and ended ones, to look at")] = 200,
+    per_set: Annotated[
+        int, typer.Option(min=1, help="runs replayed per version and patch set")
+    ] = 10,
     where: Annotated[
         str | None, typer.Option(help="a visibility query that narrows the runs")
     ] = None,
 ) -> None:
     """Replay the histories of open and recent runs in TEMPORAL_NAMESPACE against this
-    code; exits 1 naming each run that does not replay (the step before a deploy).
+    code, a sample per worker version and patch set; exits 1 naming each run that does not
+    replay and where it diverged (the step before a deploy).
 
-    Example: longrun check-replay --limit 100
+    Example: longrun check-replay --limit 500
     """
     import worker as worker_process
     from longrun.temporal import connect
 
-    async def check() -> tuple[int, list[str]]:
+    async def check() -> worker_process.ReplayCheck:
         client = await connect(get_settings())
-        return await worker_process.check_replay(client, limit, where)
+        return await worker_process.check_replay(client, limit, where, per_set=per_set)
 
-    replayed, failures = asyncio.run(check())
-    for failure in failures:
+    found = asyncio.run(check())
+    for failure in found.failures:
         typer.echo(f"does not replay: {failure}", err=True)
-    typer.echo(f"{replayed} runs replayed, {len(failures)} do not replay")
-    sys.exit(1 if failures else 0)
+    typer.echo(
+        f"{found.replayed} runs replayed, {len(found.failures)} do not replay"
+        f" ({found.alike} more like them not replayed)"
+    )
+    sys.exit(1 if found.failures else 0)
+
+
+deployment = typer.Typer(
+    help="The workers' versions (a Temporal Worker Deployment): see them, choose the current.",
+    no_args_is_help=True,
+)
+app.add_typer(deployment, name="deployment")
+
+
+@deployment.command("status")
+def deployment_status() -> None:
+    """Each version of LONGRUN_DEPLOYMENT, newest first: Temporal's status, its workers
+    and the runs on it (a version with none may stop).
+
+    Example: longrun deployment status
+    """
+    from longrun.temporal import connect
+    from longrun.versions import versions
+
+    async def look() -> list[VersionState]:
+        settings = get_settings()
+        return await versions(await connect(settings), settings)
+
+    found = asyncio.run(look())
+    if not found:
+        typer.echo(f"no versions of deployment {get_settings().deployment!r} yet")
+        return
+    typer.echo(f"{'VERSION':<28} {'STATUS':<9} {'WORKERS':>7} {'OPEN RUNS':>9}")
+    for v in found:
+        note = "  stranded: no worker serves its runs" if v.stranded else ""
+        if not v.open_runs and v.status != "current":
+            note = "  drained: its workers may stop"
+        typer.echo(f"{v.build_id:<28} {v.status:<9} {v.workers:>7} {v.open_runs:>9}{note}")
+
+
+@deployment.command("current")
+def deployment_current(
+    build_id: Annotated[str, typer.Argument(help="the version's build id")],
+) -> None:
+    """Start new runs on version BUILD_ID (a deploy, or taking a bad version back): runs on
+    other versions stay on them until their next hand-over. Its workers must be polling.
+
+    Example: longrun deployment current 0.1.0-3f2a9c1b7e44
+    """
+    from longrun.temporal import connect
+    from longrun.versions import VersionRefused, make_current
+
+    async def choose() -> None:
+        settings = get_settings()
+        await make_current(await connect(settings), settings, build_id)
+
+    try:
+        asyncio.run(choose())
+    except VersionRefused as exc:
+        typer.echo(f"longrun deployment current: Temporal refused {build_id}: {exc}", err=True)
+        sys.exit(1)
+    typer.echo(f"new runs start on version {build_id}")
 
 
 @app.command()

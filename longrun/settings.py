@@ -16,6 +16,7 @@ from longrun.contracts import Limits, Price
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 # Where Temporal's HTTP API is: its gRPC port + 10 (`longrun dev` starts it there).
 TEMPORAL_HTTP_API_OFFSET = 10
+BUILD_ID_PATTERN = r"^[A-Za-z0-9_.+-]{1,100}$"  # a worker version's build id
 
 
 def _pair(host: str, port: str) -> str:
@@ -78,6 +79,22 @@ class Settings(BaseSettings):
     # of the cache costs nothing while it waits; its next task (a signal, a query, an
     # activity's result) replays its history first.
     max_cached_runs: int = Field(1000, alias="LONGRUN_MAX_CACHED_RUNS", ge=0)
+    # Workers run as versions of a Temporal Worker Deployment (longrun/versions.py): a run
+    # stays on the version it started on and moves to the current one at a hand-over.
+    versioning: bool = Field(True, alias="LONGRUN_VERSIONING")
+    deployment: str = Field(
+        "longrun", alias="LONGRUN_DEPLOYMENT", pattern=r"^[A-Za-z0-9_-]{1,100}$"
+    )
+    build_id: str | None = Field(
+        None,
+        alias="LONGRUN_BUILD_ID",
+        pattern=BUILD_ID_PATTERN,
+        description="this worker's version; unset: the package version and the code's digest",
+    )
+    # When a worker's version becomes current (new runs start on it): `new`, when the first
+    # worker of a version never current before starts; `manual`, when an operator says
+    # (`longrun deployment current`), or when the deployment has no current version yet.
+    promote: Literal["new", "manual"] = Field("new", alias="LONGRUN_PROMOTE")
 
     openai_base_url: str | None = Field(None, alias="OPENAI_BASE_URL")
     openai_api_key: SecretStr | None = Field(None, alias="OPENAI_API_KEY")

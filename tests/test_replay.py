@@ -329,8 +329,8 @@ async def test_check_replay_names_runs_a_change_would_break(
     await wait_run(ended)
     await wait_run(waiting, lambda r: r["status"] == "waiting_approval")
     where = f"LongrunLabels = 'check:{label['check']}'"
-    assert await check_replay(client, 10, where) == (2, [])
-    replayed, failures = await check_replay(client, 10, where, (TimerFirstRun,))
+    assert await check_replay(client, 10, where) == (2, [], 0)
+    replayed, failures, _ = await check_replay(client, 10, where, (TimerFirstRun,))
     assert replayed == 2 and len(failures) == 2
     assert all("nondetermin" in f.lower() for f in failures), failures
     assert {f.split(" ", 1)[0] for f in failures} == {ended, waiting}
@@ -346,4 +346,10 @@ async def test_check_replay_names_runs_a_change_would_break(
     )
     assert checked.returncode == 0, checked.stderr
     assert "2 runs replayed, 0 do not replay" in checked.stdout
-    await client.get_workflow_handle(waiting).terminate("test")
+    # A sample: another run like the waiting one (same version, same patches) is not
+    # replayed once one of its kind was.
+    alike = await submit(api, [{"id": "g", "approval": {"message": "ok?"}}], labels=label)
+    await wait_run(alike, lambda r: r["status"] == "waiting_approval")
+    assert await check_replay(client, 10, where, per_set=1) == (2, [], 1)
+    for run_id in (waiting, alike):
+        await client.get_workflow_handle(run_id).terminate("test")

@@ -5,13 +5,14 @@ imports afresh (test modules import what it forbids)."""
 from __future__ import annotations
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 
 from longrun import wire
 from longrun.contracts import RunInput, RunResult
 from workflows import RunWorkflow
 
 
-@workflow.defn(name=wire.RUN_WORKFLOW)
+@workflow.defn(name=wire.RUN_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
 class TimerFirstRun(RunWorkflow):
     """Sleeps before the run's own first command."""
 
@@ -20,3 +21,31 @@ class TimerFirstRun(RunWorkflow):
         """A timer, then the run as it is."""
         await workflow.sleep(0.01)
         return await super().run(inp)
+
+
+@workflow.defn(name=wire.RUN_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
+class PatchedTimerFirstRun(RunWorkflow):
+    """The same change done right: behind `workflow.patched()`."""
+
+    @workflow.run
+    async def run(self, inp: RunInput) -> RunResult:
+        """A timer for runs started with the change, then the run as it is."""
+        if workflow.patched("timer-first"):
+            await workflow.sleep(0.01)
+        return await super().run(inp)
+
+
+def main() -> None:
+    """A worker process running TimerFirstRun: version 2 of a deploy that breaks replay."""
+    import asyncio
+    import logging
+
+    import worker
+    from longrun.settings import get_settings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    asyncio.run(worker.run_worker(get_settings(), workflows=(TimerFirstRun,)))
+
+
+if __name__ == "__main__":
+    main()

@@ -127,6 +127,12 @@ def patched(change: str) -> bool:
     return workflow.patched(BASELINE_PATCH) or workflow.patched(change)
 
 
+def version() -> str | None:
+    """The build id of the worker version this workflow task runs on (None: unversioned)."""
+    found = workflow.info().get_current_deployment_version()
+    return found.build_id if found is not None else None
+
+
 def policy_urls_whole() -> bool:
     """Whether policy rules compare URL arguments as written: runs started before compared
     them as paths (URL prefixes never matched) and replay that way."""

@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 from temporalio import workflow
 
 from workflows import stored
-from workflows.common import patched
+from workflows.common import patched, version
 from workflows.parts import RunParts
 from workflows.steps import AGENT_STEPS_KEPT, LISTED_OUTPUT_CHARS, OPEN, PREVIEW_CHARS, listed
 
@@ -25,6 +25,10 @@ AUDIT_KEPT = 100  # the newest audit entries stay in the carry when older ones a
 BOUNDED_CARRY_PATCH = "bounded-carry"
 # Runs started before had no event log to archive.
 EVENTS_ARCHIVE_PATCH = "events-archive"
+# Runs started before said `run.continued` in the segment handing over, not the next one.
+CONTINUED_IN_NEXT_PATCH = "continued-said-by-next-segment"
+# Runs started before did not hand over early when a new worker version became current.
+MOVE_TO_CURRENT_PATCH = "hand-over-to-current-version"
 
 
 class HandOver:
@@ -51,12 +55,23 @@ class HandOver:
         p.children.restore(carry.children)
         p.reporting.sent = carry.reports_sent
         p.calls.workspace_used = carry.workspace_used
+        if carry.say_continued:
+            now = version()
+            moved = carry.version if carry.version != now else None
+            p.events.emit("run.continued", segment=carry.segment, version=now, moved_from=moved)
 
     def due(self, settled: int) -> bool:
-        """Whether to continue as new, after `settled` steps ended in this segment."""
+        """Whether to continue as new, after `settled` steps ended in this segment: enough
+        of them, Temporal suggests it, or another worker version became current (the run
+        moves to it)."""
+        info = workflow.info()
         return (
             settled >= self._parts.inp.config.continue_as_new_every
-            or workflow.info().is_continue_as_new_suggested()
+            or info.is_continue_as_new_suggested()
+            or (
+                info.is_target_worker_deployment_version_changed()
+                and workflow.patched(MOVE_TO_CURRENT_PATCH)
+            )
         )
 
     async def hand_over(
@@ -74,7 +89,9 @@ class HandOver:
         self._parts.audit.record(
             "longrun", "continued as new", f"segment {self.segment + 1}", event=False
         )
-        self._parts.events.emit("run.continued", segment=self.segment + 1)
+        said_by_next = workflow.patched(CONTINUED_IN_NEXT_PATCH)
+        if not said_by_next:
+            self._parts.events.emit("run.continued", segment=self.segment + 1)
         await self._archive_events()
         bounded = _size(self.carry(agent)) > CARRY_MAX_BYTES and patched(BOUNDED_CARRY_PATCH)
         if bounded:
@@ -82,7 +99,13 @@ class HandOver:
         await self._quiesce()
         # Taken after the last wait, so what handlers changed meanwhile travels too.
         carry = self.carry(agent, preview=PREVIEW_CHARS if bounded else None)
-        workflow.continue_as_new(self._parts.inp.model_copy(update={"carry": carry}))
+        carry.say_continued = said_by_next
+        # The next segment starts on the deployment's current version: pinned runs pick
+        # up a deploy's code here (longrun/versions.py).
+        workflow.continue_as_new(
+            self._parts.inp.model_copy(update={"carry": carry}),
+            initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
+        )
 
     async def _quiesce(self) -> None:
         """Wait until no webhook delivery, budget change to a child or report to a parent is
@@ -184,6 +207,7 @@ class HandOver:
             deferred_decisions=p.requests.listed_deferred(),
             children=p.children.listed(),
             reports_sent=p.reporting.sent,
+            version=version(),
         )
 
     def _needed_outputs(self, plan: Plan) -> set[str]:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
 from workflows.agent import AgentLoop
@@ -66,7 +67,12 @@ FIGURES_MEMO_PATCH = "figures-memo"
 
 # Invalid data met inside the workflow fails the run with its message instead of retrying
 # the workflow task forever; other exceptions (bugs) still retry, so a fix can rescue runs.
-@workflow.defn(name=wire.RUN_WORKFLOW, failure_exception_types=[ValidationError])
+# On a versioned worker a run is pinned to the version it started on (longrun/versions.py).
+@workflow.defn(
+    name=wire.RUN_WORKFLOW,
+    failure_exception_types=[ValidationError],
+    versioning_behavior=VersioningBehavior.PINNED,
+)
 class RunWorkflow:
     """One run: plan steps as activities, approval gates, durable waits, queryable state."""
 

@@ -12,7 +12,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 from workflows.approvals import Approvals
 from workflows.children import Children
-from workflows.common import patched, searchable
+from workflows.common import patched, searchable, version
 from workflows.events import EventLog
 from workflows.ledger import Ledger
 from workflows.steps import (
@@ -223,6 +223,7 @@ class StatusBoard:
             figures=self._events.figures,
             parent_run_id=self._inp.parent_run_id,
             children=self._children.listed(),
+            version=version(),
         )
         if self.agent is not None:
             self.agent.describe(state)

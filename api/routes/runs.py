@@ -64,7 +64,9 @@ from longrun.contracts import (
     StepQuery,
     StepState,
 )
+from longrun.settings import BUILD_ID_PATTERN
 from longrun.temporal import latest_execution
+from longrun.versions import VERSION_KEY, build_of, version_clause
 
 # A label filter: a label key and value as runs carry them, joined by a colon.
 
@@ -117,10 +119,16 @@ async def list_runs(
     label: Annotated[
         list[LabelFilter] | None, Query(max_length=20, description="key:value, e.g. team:ops")
     ] = None,
+    version: Annotated[
+        str | None,
+        Query(pattern=BUILD_ID_PATTERN, description="runs on this worker version (build id)"),
+    ] = None,
     page_size: Annotated[int, Query(ge=1, le=100)] = 20,
     page_token: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> RunList:
-    """List runs, newest first: live runs by start time, then ended runs by end time."""
+    """List runs, newest first: live runs by start time, then ended runs by end time.
+    `?status=running&version=…` lists the runs still on an old version: when none are
+    left, its workers may stop."""
     # No ORDER BY: SQL visibility (the dev server, PostgreSQL) rejects it, and its native order
     # is already newest first, live runs before ended ones.
     clauses = [f"WorkflowType = '{WORKFLOW_TYPE}'"]
@@ -128,6 +136,8 @@ async def list_runs(
         clauses.append(f"({STATUS_FILTERS[status]})")
     for item in label or []:  # key:value, each side checked against its pattern
         clauses.append(f"LongrunLabels = '{item}'")
+    if version is not None:
+        clauses.append(version_clause(settings, version))
     query = access.with_visible(caller, " AND ".join(clauses))
     token: bytes | None = None
     if page_token:
@@ -156,6 +166,7 @@ async def list_runs(
                 closed_at=wf.close_time,
                 links=run_links(settings, wf.id),
                 schedule_id=await wf.memo_value("schedule_id", None),
+                version=build_of(wf.typed_search_attributes.get(VERSION_KEY)),
             )
         )
     next_token = listing.next_page_token

@@ -195,6 +195,9 @@ class RunState(BaseModel):
         default_factory=RunFigures, description="what the run met and who stepped in"
     )
     parent_run_id: str | None = Field(None, description="the run whose step started this one")
+    version: str | None = Field(
+        None, description="the worker version (build id) the run is on; none if unversioned"
+    )
     children: list[ChildRun] = Field(
         default_factory=list, description="the child runs this run's steps started"
     )
@@ -235,6 +238,11 @@ class RunCarry(BaseModel):
     # A tool call of the run has completed in its workspace, so the workspace must be there.
     workspace_used: bool = False
     reports_sent: int = 0  # a child run's reports to its parent so far
+    # The worker version the handing-over segment ran on (None: an unversioned worker); the
+    # next segment's `run.continued` event says whether the run moved. Carries from before
+    # had their `run.continued` said by the segment handing over.
+    version: str | None = None
+    say_continued: bool = False
 
 
 class Reuse(BaseModel):
