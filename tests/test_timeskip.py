@@ -48,7 +48,8 @@ async def test_day_long_wait_and_late_approval(
         ]
     )
     run_id = f"run-{uuid.uuid4().hex}"
-    async with serving(env.client, settings):
+    # The time-skipping server knows no worker deployments: this worker is unversioned.
+    async with serving(env.client, settings.model_copy(update={"versioning": False})):
         handle: WorkflowHandle[RunWorkflow, RunResult] = await env.client.start_workflow(
             RunWorkflow.run,
             RunInput(

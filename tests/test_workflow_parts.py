@@ -56,6 +56,9 @@ class Shown:
     def progress(self, progress: Progress, final: bool) -> bool:
         return False
 
+    def version(self) -> str | None:
+        return "v1"
+
 
 def _input(steps: list[Step] | None = None, budget: Budget | None = None) -> RunInput:
     return RunInput(
@@ -264,7 +267,7 @@ def test_a_hand_over_carries_what_the_next_segment_needs() -> None:
     carried = {s.id: s for s in carry.steps}
     assert carried["a"].output == big  # b, still to run, refers to it
     assert carried["side"].output["truncated"] is True  # nobody refers to it any more
-    assert carry.segment == 2 and carry.usage.tool_calls == 2
+    assert carry.segment == 2 and carry.usage.tool_calls == 2 and carry.version == "v1"
 
     fresh, _, _ = _parts(steps)
     handover = HandOver(fresh)

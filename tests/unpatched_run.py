@@ -7,9 +7,11 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
 
-from longrun import wire
-from longrun.contracts import RunInput, RunResult
 from workflows import RunWorkflow
+
+with workflow.unsafe.imports_passed_through():  # the classes the run workflow itself uses
+    from longrun import wire
+    from longrun.contracts import RunInput, RunResult
 
 
 @workflow.defn(name=wire.RUN_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)

@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 from temporalio import workflow
 
 from workflows import stored
-from workflows.common import patched, version
+from workflows.common import patched
 from workflows.parts import RunParts
 from workflows.steps import AGENT_STEPS_KEPT, LISTED_OUTPUT_CHARS, OPEN, PREVIEW_CHARS, listed
 
@@ -56,7 +56,7 @@ class HandOver:
         p.reporting.sent = carry.reports_sent
         p.calls.workspace_used = carry.workspace_used
         if carry.say_continued:
-            now = version()
+            now = p.display.version()
             moved = carry.version if carry.version != now else None
             p.events.emit("run.continued", segment=carry.segment, version=now, moved_from=moved)
 
@@ -207,7 +207,7 @@ class HandOver:
             deferred_decisions=p.requests.listed_deferred(),
             children=p.children.listed(),
             reports_sent=p.reporting.sent,
-            version=version(),
+            version=p.display.version(),
         )
 
     def _needed_outputs(self, plan: Plan) -> set[str]:

@@ -34,6 +34,7 @@ class RunParts:
 
     def __init__(self, inp: RunInput, now: Clock, display: Display) -> None:
         self.inp = inp
+        self.display = display
         started = now()
         submitted = AuditEntry(at=started, actor=inp.owner, action="submitted", detail=inp.goal)
         first = [submitted]

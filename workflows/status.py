@@ -113,6 +113,9 @@ class Display(Protocol):
         """Publish the run's progress if due; False if this run does not (it predates
         progress attributes), and then `status` is how its status is published."""
 
+    def version(self) -> str | None:
+        """The build id of the worker version running the run now (None: unversioned)."""
+
 
 class ProgressGate:
     """Decides when progress is published: what people filter on at once, the rest at most
@@ -164,6 +167,10 @@ class TemporalDisplay:
         if updates:
             workflow.upsert_search_attributes(updates)
         return True
+
+    def version(self) -> str | None:
+        """The build id of the worker version this workflow task runs on."""
+        return version()
 
 
 class StatusBoard:
@@ -223,7 +230,7 @@ class StatusBoard:
             figures=self._events.figures,
             parent_run_id=self._inp.parent_run_id,
             children=self._children.listed(),
-            version=version(),
+            version=self._display.version(),
         )
         if self.agent is not None:
             self.agent.describe(state)

@@ -32,6 +32,7 @@ from api.reading import (
     STATUS_FILTERS,
     WORKFLOW_TYPE,
     LabelFilter,
+    ListedStatus,
     as_detail,
     describe_run,
     fail_validation,
@@ -115,7 +116,9 @@ async def list_runs(
     client: TemporalClient,
     settings: SettingsDep,
     caller: Reader,
-    status: RunStatusName | None = None,
+    status: Annotated[
+        ListedStatus | None, Query(description="a run status, or open: any not ended")
+    ] = None,
     label: Annotated[
         list[LabelFilter] | None, Query(max_length=20, description="key:value, e.g. team:ops")
     ] = None,
@@ -127,8 +130,8 @@ async def list_runs(
     page_token: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> RunList:
     """List runs, newest first: live runs by start time, then ended runs by end time.
-    `?status=running&version=…` lists the runs still on an old version: when none are
-    left, its workers may stop."""
+    `?status=open&version=…` lists the runs still on a version: when none are left, its
+    workers may stop."""
     # No ORDER BY: SQL visibility (the dev server, PostgreSQL) rejects it, and its native order
     # is already newest first, live runs before ended ones.
     clauses = [f"WorkflowType = '{WORKFLOW_TYPE}'"]
