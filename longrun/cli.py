@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,7 +16,7 @@ import typer
 
 from longrun.client import DEFAULT_API_URL
 from longrun.commands import COMMANDS, ApiKey, ApiUrl
-from longrun.settings import get_settings
+from longrun.settings import BUILD_ID_PATTERN, get_settings
 
 if TYPE_CHECKING:
     from longrun.versions import VersionState
@@ -42,6 +43,30 @@ def dev() -> None:
         sys.exit(asyncio.run(run_dev(get_settings())))
     except DevStackError as exc:
         sys.stderr.write(f"longrun dev: {exc}\n")
+        sys.exit(1)
+
+
+@app.command("dev-worker")
+def dev_worker(
+    build_id: Annotated[str, typer.Argument(help="the version's build id, e.g. v2")],
+    current: Annotated[
+        bool, typer.Option(help="take new runs at once, not at `longrun deployment current`")
+    ] = False,
+) -> None:
+    """Run a worker of another version beside the stack `longrun dev` runs, with the code of
+    this checkout (from another checkout, point LONGRUN_DATA_DIR at the stack's data): a
+    rolling deploy tried on one machine.
+
+    Example: longrun dev-worker v2   (then: longrun deployment current v2)
+    """
+    from longrun.dev.stack import DevStackError, run_worker_beside
+
+    if not re.fullmatch(BUILD_ID_PATTERN, build_id):
+        raise typer.BadParameter("letters, digits and . _ + - only", param_hint="BUILD_ID")
+    try:
+        run_worker_beside(get_settings(), build_id, current)
+    except DevStackError as exc:
+        sys.stderr.write(f"longrun dev-worker: {exc}\n")
         sys.exit(1)
 
 

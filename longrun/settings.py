@@ -93,8 +93,9 @@ class Settings(BaseSettings):
     )
     # When a worker's version becomes current (new runs start on it): `new`, when the first
     # worker of a version never current before starts; `manual`, when an operator says
-    # (`longrun deployment current`), or when the deployment has no current version yet.
-    promote: Literal["new", "manual"] = Field("new", alias="LONGRUN_PROMOTE")
+    # (`longrun deployment current`), or when the deployment has no current version yet;
+    # `start`, whenever one of its workers starts (the dev stack's).
+    promote: Literal["new", "manual", "start"] = Field("new", alias="LONGRUN_PROMOTE")
 
     openai_base_url: str | None = Field(None, alias="OPENAI_BASE_URL")
     openai_api_key: SecretStr | None = Field(None, alias="OPENAI_API_KEY")

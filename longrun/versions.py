@@ -124,9 +124,10 @@ def build_of(value: str | None) -> str | None:
 
 
 async def promote(client: Client, settings: Settings) -> str:
-    """On a worker's start: make its version current if it is new (LONGRUN_PROMOTE=new) or
-    the deployment has none yet; a version once current and since taken back stays back.
-    What was decided, for the worker's log."""
+    """On a worker's start: make its version current if it is new (LONGRUN_PROMOTE=new),
+    whatever it is (start), or when the deployment has none yet; a version once current and
+    since taken back stays back unless promote is `start`. What was decided, for the
+    worker's log."""
     build = build_id(settings)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + PROMOTE_WITHIN_S
@@ -143,7 +144,8 @@ async def promote(client: Client, settings: Settings) -> str:
     if current == build:
         return f"version {build} is current"
     if current is not None and (
-        settings.promote == "manual" or summary.HasField("first_activation_time")
+        settings.promote == "manual"
+        or (settings.promote == "new" and summary.HasField("first_activation_time"))
     ):
         return (
             f"version {build} waits to be made current (now {current}): "

@@ -113,6 +113,46 @@ def test_dev_stack_runs_a_plan_and_stops_on_one_interrupt(tmp_path: Path) -> Non
         ).json()
         run = _ended(api, again["run_id"])
         assert run["status"] == "completed", run
+        assert run["version"] == "dev"
+        assert "worker:      version dev of deployment longrun" in banner
+
+        # A second version beside the stack's, made current: new runs start on it; set back,
+        # they start on the stack's own again (the demo below).
+        beside_out = (tmp_path / "beside.out").open("w+")
+        beside = subprocess.Popen(
+            [sys.executable, "-m", "longrun.cli", "dev-worker", "v2", "--current"],
+            cwd=tmp_path,
+            env=env,
+            stdout=beside_out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            for _ in range(600):
+                if "version v2 made current" in (tmp_path / "beside.out").read_text():
+                    break
+                assert beside.poll() is None, (tmp_path / "beside.out").read_text()
+                time.sleep(0.1)
+            moved = httpx.post(
+                f"{api}/v1/runs",
+                json={"goal": "g", "plan": {"steps": [{"id": "e", "tool": "echo"}]}},
+            ).json()
+            run = _ended(api, moved["run_id"])
+            assert run["status"] == "completed" and run["version"] == "v2", run
+            versions = {v["build_id"]: v for v in httpx.get(f"{api}/readyz").json()["versions"]}
+            assert versions["v2"]["status"] == "current" and versions["v2"]["workers"] >= 1
+            assert versions["dev"]["status"] != "current"
+        finally:
+            beside.terminate()
+            beside.wait(60)
+            beside_out.close()
+        back = subprocess.run(
+            [sys.executable, "-m", "longrun.cli", "deployment", "current", "dev"],
+            env={**env, "TEMPORAL_ADDRESS": f"127.0.0.1:{ports['TEMPORAL']}"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert back.returncode == 0, back.stdout + back.stderr
 
         # The demo goal, played by the stand-in, with no terminal: it says how to approve
         # and waits; the command it names approves, and the demo follows it to the end.

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import httpx
 import uvicorn
@@ -41,6 +41,9 @@ DEV_DYNAMIC_CONFIG: dict[str, object] = {"history.transferProcessorMaxPollRPS": 
 RESTART_FIRST_S = 1.0
 RESTART_MAX_S = 30.0
 RESTART_RESET_S = 60.0
+# The stack worker's version unless LONGRUN_BUILD_ID says otherwise: one name across restarts
+# and edits, so runs it started are never left on a version no worker serves.
+DEV_BUILD_ID = "dev"
 
 
 class DevStackError(RuntimeError):
@@ -253,7 +256,7 @@ async def _run_stack(settings: Settings) -> int:
     worker_metrics = settings.metrics_address or f"127.0.0.1:{settings.dev_worker_metrics_port}"
     if settings.metrics_address is None:
         ports["worker metrics (LONGRUN_DEV_WORKER_METRICS_PORT)"] = settings.dev_worker_metrics_port
-    offline = settings.openai_api_key is None and settings.openai_base_url is None
+    offline = _offline(settings)
     if offline:
         ports["model stand-in (LONGRUN_DEV_STANDIN_PORT)"] = settings.dev_standin_port
     for name, port in ports.items():
@@ -263,15 +266,14 @@ async def _run_stack(settings: Settings) -> int:
     log_dir = STATE_DIR / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     ui_url = f"http://127.0.0.1:{settings.dev_ui_port}"
+    build = settings.build_id or DEV_BUILD_ID
     env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": f"127.0.0.1:{settings.dev_temporal_port}",
-        "TEMPORAL_NAMESPACE": settings.temporal_namespace,
-        "LONGRUN_TEMPORAL_UI_URL": ui_url,
-        "LONGRUN_DATA_DIR": str(settings.data_dir.resolve()),
+        **_environment(settings),
         "LONGRUN_METRICS_ADDRESS": worker_metrics,
-        # Commands the worker's tools run (`python -m pytest`) find this environment's.
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "LONGRUN_BUILD_ID": build,
+        # The stack's worker takes new runs whenever it starts, even after a version
+        # tried beside it was made current.
+        "LONGRUN_PROMOTE": os.environ.get("LONGRUN_PROMOTE", "start"),
     }
     children = Supervisor(log_dir, env)
     spawn = children.spawn
@@ -297,8 +299,6 @@ async def _run_stack(settings: Settings) -> int:
         await temporal.wait_ready()
         if offline:
             standin_url = f"http://127.0.0.1:{settings.dev_standin_port}"
-            env["OPENAI_BASE_URL"] = f"{standin_url}/v1"
-            env["OPENAI_API_KEY"] = "standin"
             proc = spawn(
                 "standin",
                 [
@@ -339,6 +339,8 @@ async def _run_stack(settings: Settings) -> int:
             f"  Temporal UI: {ui_url}\n"
             f"  Temporal:    {temporal.address}  (data: {temporal.db_file})\n"
             f"  metrics:     {api_url}/metrics (API), http://{worker_metrics}/metrics (worker)\n"
+            f"  worker:      version {build} of deployment {settings.deployment}"
+            " (a second beside it: longrun dev-worker BUILD_ID)\n"
             f"  {model_line}\n"
             f"  logs:        {log_dir}/\n"
             + (
@@ -356,6 +358,48 @@ async def _run_stack(settings: Settings) -> int:
         return 0
     finally:
         children.stop()
+
+
+def _environment(settings: Settings) -> dict[str, str]:
+    """What the stack's processes, and a worker started beside them, are told: where
+    Temporal, the data and the model are."""
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{settings.dev_temporal_port}",
+        "TEMPORAL_NAMESPACE": settings.temporal_namespace,
+        "LONGRUN_TEMPORAL_UI_URL": f"http://127.0.0.1:{settings.dev_ui_port}",
+        "LONGRUN_DATA_DIR": str(settings.data_dir.resolve()),
+        # Commands the worker's tools run (`python -m pytest`) find this environment's.
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
+    if _offline(settings):
+        env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{settings.dev_standin_port}/v1"
+        env["OPENAI_API_KEY"] = "standin"
+    return env
+
+
+def _offline(settings: Settings) -> bool:
+    """Whether no model server is configured, so the stack serves the stand-in."""
+    return settings.openai_api_key is None and settings.openai_base_url is None
+
+
+def run_worker_beside(settings: Settings, build: str, current: bool) -> NoReturn:
+    """Become a worker of version `build` (the code here) beside the stack `longrun dev`
+    runs: a rolling deploy tried on one machine. It takes new runs at once if `current`,
+    else when `longrun deployment current BUILD` says so."""
+    if not port_in_use(settings.dev_temporal_port):
+        raise DevStackError(
+            f"no dev stack answers on port {settings.dev_temporal_port}: start one with longrun dev"
+        )
+    if build == (settings.build_id or DEV_BUILD_ID):
+        raise DevStackError(f"{build} is the stack's own version: name another")
+    env = {
+        **_environment(settings),
+        "LONGRUN_BUILD_ID": build,
+        "LONGRUN_PROMOTE": "start" if current else "manual",
+    }
+    env.pop("LONGRUN_METRICS_ADDRESS", None)  # the stack's worker serves them
+    os.execve(sys.executable, [sys.executable, "-m", "worker"], env)
 
 
 class Supervisor:
