@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from api.app import create_app
 from longrun.settings import Settings
 from tests.conftest import Poll
 from tests.helpers import REPO, start_worker, stop_processes, submit
+from tests.test_replay import replays_and_is_kept
 from tests.unpatched_run import PatchedTimerFirstRun, TimerFirstRun
 from worker import check_replay
 
@@ -139,6 +140,18 @@ async def test_a_rolling_deploy_keeps_runs_on_their_version_until_a_hand_over(
                 if e["type"] == "run.continued" and "moved_from" in e["data"]
             ]
             assert moves == [{"segment": 3, "version": "v2", "moved_from": "v1"}], moves
+            # Its two segments on version 1 (the second handed over because version 2
+            # became current) replay, and are kept among the saved histories.
+            segments = sorted(
+                [s async for s in client.list_workflows(f"WorkflowId = '{long}'")],
+                key=lambda s: s.start_time,
+            )
+            assert [s.status for s in segments[:2]] == [
+                WorkflowExecutionStatus.CONTINUED_AS_NEW
+            ] * 2
+            for number, segment in enumerate(segments[:2], start=1):
+                name = f"moved_at_hand_over_{number}"
+                await replays_and_is_kept(client, long, name, segment.run_id)
 
             # Version 1 has drained: nothing open on it, so its workers may stop.
             listed = await api.get("/v1/runs", params={"version": "v1", "status": "open"})
