@@ -85,6 +85,7 @@ def child_input(
             "actor_model": a.actor_model,
             "judge_model": a.judge_model,
             "max_steps": a.max_steps,
+            "watchdog": a.watchdog,
         }
     agent = AgentSpec(
         acceptance=acceptance_of(child_request(spec)),

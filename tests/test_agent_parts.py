@@ -4,6 +4,7 @@ hand-over carries of it, and the text it sends models."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 from longrun import secrets
 from longrun.contracts import (
@@ -14,9 +15,11 @@ from longrun.contracts import (
     PlanItem,
     RunState,
     ToolCallRequest,
+    Watchdog,
 )
 from workflows.agent import briefs
 from workflows.agent.state import CARRIED_SUMMARY_CHARS, AgentState
+from workflows.agent.watchdog import ProgressWatch
 
 
 def _spec() -> AgentSpec:
@@ -145,3 +148,79 @@ def test_finish_summaries_and_named_secrets() -> None:
     assert briefs.finish_summary(garbled) == "{not json"
     assert secrets.named({"headers": [{"secret": "TOKEN"}, {"secret": "TOKEN"}]}) == ["TOKEN"]
     assert secrets.named({"secret": "TOKEN", "other": 1}) == []
+
+
+def test_the_watchdog_counts_repeats_invalid_answers_turns_and_phase_time() -> None:
+    clock = [datetime(2026, 1, 1, tzinfo=UTC)]
+    state, _ = _state()
+    budget: list[float | None] = [None]
+    watch = ProgressWatch(Watchdog(repeats=3), state, lambda: clock[0], lambda: budget[0])
+
+    # The same output from different calls, three in a row.
+    for path in ("a", "b"):
+        watch.note_call("read_file", {"path": path}, "missing")
+        assert watch.stall is None
+    watch.note_call("read_file", {"path": "c"}, "missing")
+    assert watch.stall is not None and watch.stall.evidence["kind"] == "repeated_output"
+    watch.forgive()
+    # A call repeated (arguments compared whatever their order) though outputs differ.
+    for n in range(3):
+        watch.note_call(
+            "write_file",
+            {"path": "x", "content": "y"} if n else {"content": "y", "path": "x"},
+            str(n),
+        )
+    assert watch.stall is not None and watch.stall.evidence == {
+        "kind": "repeated_call",
+        "call": 'write_file {"content": "y", "path": "x"}',
+        "times": 3,
+    }
+    watch.forgive()
+    # A step started again forgets its calls; invalid answers count in a row only.
+    watch.note_call("write_file", {"path": "x"}, "1")
+    watch.new_step()
+    watch.note_call("write_file", {"path": "x"}, "2")
+    watch.note_invalid("no such tool")
+    watch.note_invalid("bad arguments")
+    watch.note_call("read_file", {"path": "z"}, "3")  # a valid call breaks the row
+    watch.note_invalid("no such tool")
+    watch.note_invalid("no such tool")
+    assert watch.stall is None
+    watch.note_invalid("no such tool")
+    assert watch.stall is not None and watch.stall.evidence["kind"] == "invalid_answers"
+    watch.forgive()
+
+    # Turns without a verified step.
+    state.turns += 29
+    watch.note_turn()
+    assert watch.stall is None
+    state.turns += 1
+    watch.note_turn()
+    assert watch.stall is not None and watch.stall.evidence["kind"] == "no_progress"
+    watch.progressed()
+    watch.stall = None
+    watch.note_turn()
+    assert watch.stall is None
+
+    # Time: planning may take half of a 100 s budget; acting, where the work is, any share.
+    budget[0] = 100.0
+    state.phase = "acting"
+    clock[0] += timedelta(seconds=90)
+    watch.note_time()
+    assert watch.stall is None
+    watch.leave("acting")
+    state.phase = "planning"
+    clock[0] += timedelta(seconds=40)
+    watch.note_time()
+    assert watch.stall is None
+    clock[0] += timedelta(seconds=11)
+    watch.note_time()
+    assert watch.stall is not None and watch.stall.evidence == {
+        "kind": "phase_over_budget",
+        "phase": "planning",
+        "seconds": 51,
+    }
+    assert watch.phase_seconds("acting") == 90
+    watch.forgive()  # the phase gets its share again
+    watch.note_time()
+    assert watch.stall is None

@@ -3,8 +3,9 @@ waits of the steps that asked, which survive continue-as-new."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
 from temporalio import workflow
@@ -24,6 +25,9 @@ with workflow.unsafe.imports_passed_through():
     )
 
 APPROVAL_SUMMARY_CHARS = 2000
+# Approval ids by kind: apr-<step>, help-<step> for an agent asking for help, stall-<step>
+# for a run the watchdog held.
+APPROVAL_PREFIX: Mapping[str, str] = MappingProxyType({"needs_help": "help", "stalled": "stall"})
 SHORT_CHARS = 200  # of an older decided request's summary and comment in status
 
 
@@ -86,7 +90,7 @@ class Approvals:
     def _open(
         self, step_id: str, summary: str, kind: ApprovalKind, arguments: Any
     ) -> ApprovalRecord:
-        approval_id = f"{'help' if kind == 'needs_help' else 'apr'}-{step_id}"
+        approval_id = f"{APPROVAL_PREFIX.get(kind, 'apr')}-{step_id}"
         base, n = approval_id, 1
         while approval_id in self.records or approval_id in self.archived:  # asked again
             n += 1

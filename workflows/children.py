@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         ChildRun,
         ControlRequest,
         Limits,
+        PauseReason,
         PendingApproval,
         RunInput,
         RunResult,
@@ -187,10 +188,11 @@ class Children:
             for a in c.pending_approvals
         ]
 
-    def held(self) -> str | None:
+    def held(self) -> PauseReason | None:
         """Why a live child holds (budget first), if one does."""
         reasons = {c.pause_reason for c in self.runs.values() if c.status in LIVE_RUN_STATUSES}
-        return next((r for r in ("budget", "requested", "model_unavailable") if r in reasons), None)
+        order: tuple[PauseReason, ...] = ("budget", "requested", "model_unavailable", "stalled")
+        return next((r for r in order if r in reasons), None)
 
     def listed(self) -> list[ChildRun]:
         """Every child, as status shows them."""

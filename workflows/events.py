@@ -96,13 +96,15 @@ def _count(figures: RunFigures, event: RunEvent) -> None:
         figures.budget_pauses += 1
     elif event.type == "run.paused" and data.get("reason") == "model_unavailable":
         figures.model_pauses += 1
+    elif event.type == "run.paused" and data.get("reason") == "stalled":
+        figures.stalls += 1
     elif event.type == "run.resumed":
         figures.resumes += 1
     elif event.type == "budget.changed":
         figures.budget_changes += 1
     elif event.type == "approval.decided" and data.get("by") != TIMEOUT_ACTOR:
         figures.approvals += 1
-        figures.guidance += data.get("kind") == "needs_help"
+        figures.guidance += data.get("kind") in ("needs_help", "stalled")
     elif event.type == "plan.made" and data.get("replan"):
         figures.replans += 1
     elif event.type == "step.verified":

@@ -25,11 +25,11 @@ with workflow.unsafe.imports_passed_through():
         Limits,
         LimitUse,
         ModelUsage,
+        PauseReason,
         Price,
         Usage,
     )
 
-PauseReason = Literal["budget", "requested", "model_unavailable"]
 CallKind = Literal["model", "tool"]
 # The limits a child run's budget is carved from; time is not carved: a child has what is
 # left of its parent's.
@@ -71,6 +71,9 @@ class Ledger:
         # stayed unavailable for the whole retry window (set while a call waits).
         self._held: PauseReason | None = None
         self.model_down: str | None = None
+        # What the watchdog saw while a stalled agent waits for a person (workflows/agent/
+        # watchdog.py); its approval decides, not a resume.
+        self.stalled: str | None = None
         # Why the run is being stopped (cancelled, out of time): no call passes after.
         self.stopping: str | None = None
         # Child runs, by run id: a live one is charged what was carved for it (or what it
@@ -112,6 +115,11 @@ class Ledger:
         """Why there is nothing to resume, as (kind, message), or None."""
         if self.pause_request is not None or self.model_down is not None:
             return None
+        if self.stalled is not None:
+            return "NotPaused", (
+                "the run stalled and waits for a decision on its `stalled` approval: approve "
+                "with guidance in the comment to go on, or reject to fail it"
+            )
         if self._held == "budget":
             return "NotPaused", (
                 "the run holds for its budget (" + ", ".join(self.exhausted) + "); "
@@ -320,7 +328,14 @@ class Ledger:
     @property
     def pause_reason(self) -> PauseReason | None:
         """Why the run holds, if it does."""
+        if self.stalled is not None:
+            return "stalled"
         return "model_unavailable" if self.model_down is not None else self._held
+
+    @property
+    def pause_detail(self) -> str | None:
+        """What a pause for the model or a stall says about itself."""
+        return self.stalled or self.model_down
 
     def end(self) -> None:
         """An ended run is paused no more, and its time used stays as it was at the end
@@ -328,6 +343,7 @@ class Ledger:
         self.ended = self._now()
         self._held = None
         self.model_down = None
+        self.stalled = None
 
     async def _until_changed(self, seen: tuple[bool, list[str]]) -> None:
         await workflow.wait_condition(lambda: self._snapshot() != seen)

@@ -225,7 +225,7 @@ class StatusBoard:
             error=self.error,
             budget=self._ledger.view(),
             pause_reason=self._ledger.pause_reason or self._children.held(),
-            pause_detail=self._ledger.model_down,
+            pause_detail=self._ledger.pause_detail,
             exhausted=self._ledger.exhausted,
             figures=self._events.figures,
             parent_run_id=self._inp.parent_run_id,
@@ -256,6 +256,8 @@ class StatusBoard:
         waits = self._approvals.waits()
         if waits:
             details.append("waiting for approval: " + ", ".join(waits))
+        if self._ledger.stalled:
+            details.append(f"stalled (decide its approval): {self._ledger.stalled}")
         if self._ledger.model_down:
             details.append(f"model unavailable (resume to ask again): {self._ledger.model_down}")
         if self.error:

@@ -45,6 +45,9 @@ class Drift(BaseModel):
     )
     premature_completions_per_run: float | None = None
     replans_per_run: float | None = None
+    stalls_per_run: float | None = Field(
+        None, description="times the watchdog held a run that made no progress, per run"
+    )
 
 
 class Metrics(BaseModel):
@@ -57,7 +60,7 @@ class Metrics(BaseModel):
     recovery_rate: float | None = Field(
         None,
         description="of the runs that met a failure (a retried step, a budget or model "
-        "pause, a replan), the share that still completed",
+        "pause, a replan, a stall), the share that still completed",
     )
     met_failure: int = 0
     interventions_per_run: float | None = Field(
@@ -116,7 +119,7 @@ async def _measure(
     durations: list[float] = []
     met = recovered = unrecorded = 0
     interventions = {"approvals": 0, "guidance": 0, "budget_changes": 0, "resumes": 0}
-    verified = failed_verifications = premature = replans = recorded = 0
+    verified = failed_verifications = premature = replans = stalls = recorded = 0
     for wf in runs:
         outcome = run_status(wf.status, None)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
@@ -137,6 +140,7 @@ async def _measure(
         failed_verifications += figures.failed_verifications
         premature += figures.premature_completions
         replans += figures.replans
+        stalls += figures.stalls
     total = len(runs)
     people = interventions["approvals"] + interventions["budget_changes"] + interventions["resumes"]
     return Metrics(
@@ -154,6 +158,7 @@ async def _measure(
             failed_verifications_per_verified_step=_ratio(failed_verifications, verified),
             premature_completions_per_run=_ratio(premature, recorded),
             replans_per_run=_ratio(replans, recorded),
+            stalls_per_run=_ratio(stalls, recorded),
         ),
         runs_without_figures=unrecorded,
         truncated=truncated,

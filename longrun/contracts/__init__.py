@@ -29,6 +29,7 @@ from longrun.contracts.agent import (
     CriterionState,
     Delegation,
     PlanItem,
+    Watchdog,
 )
 from longrun.contracts.budget import (
     LIMITS,
@@ -60,6 +61,7 @@ from longrun.contracts.common import (
     Decision,
     LabelKey,
     LabelValue,
+    PauseReason,
     Phase,
     RunStatusName,
     SideEffect,
@@ -197,6 +199,7 @@ __all__ = [
     "Note",
     "NoteWrite",
     "OnTimeout",
+    "PauseReason",
     "PendingApproval",
     "Phase",
     "Plan",
@@ -235,5 +238,6 @@ __all__ = [
     "Usage",
     "Verdict",
     "WaitSpec",
+    "Watchdog",
     "WebhookDelivery",
 ]

@@ -13,6 +13,37 @@ from longrun.contracts.common import StepId, StepStatusName, _Strict
 from longrun.contracts.plans import Criterion, ToolCheck
 
 
+class Watchdog(_Strict):
+    """When a goal-only run counts as stalled: it then pauses (`pause_reason: stalled`) with
+    what was seen, for a person to guide it on or reject; left alone it fails."""
+
+    repeats: int = Field(
+        3,
+        ge=2,
+        le=100,
+        description="the same tool call (name and arguments) this many times in one step, "
+        "or the same tool output this many times in a row",
+    )
+    invalid_answers: int = Field(
+        3, ge=1, le=100, description="model answers in a row that call no allowed tool rightly"
+    )
+    turns_without_progress: int = Field(
+        30, ge=1, le=10_000, description="model turns with no plan step verified"
+    )
+    phase_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="of the time budget (max_duration_s) that one phase may take",
+    )
+    decide_within_s: float = Field(
+        24 * 3600,
+        gt=0,
+        le=365 * 24 * 3600,
+        description="how long a stalled run waits for a person before it fails: stalled",
+    )
+
+
 class AgentSpec(BaseModel):
     """What a goal-only run needs: criteria, allowed tools, models and bounds."""
 
@@ -26,6 +57,8 @@ class AgentSpec(BaseModel):
     max_verify_attempts: int = 2
     max_replans: int = 2
     max_turns_per_step: int = 12
+    # Runs started before the watchdog have none (workflows/agent/watchdog.py).
+    watchdog: Watchdog = Field(default_factory=Watchdog)
 
 
 class AgentPlanStep(_Strict):
@@ -99,6 +132,8 @@ class AgentCarry(BaseModel):
     tool_calls: int = 0
     progress: list[str] = Field(default_factory=list)
     summary: str = ""
+    turns_at_progress: int = 0  # `turns` when a plan step was last verified
+    phase_seconds: dict[str, float] = Field(default_factory=dict)  # time spent in each phase
 
 
 class Brief(BaseModel):

@@ -35,7 +35,10 @@ StepStatusName = Literal[
 ]
 StepKind = Literal["tool", "model", "wait", "approval", "run", "for_each"]
 Decision = Literal["approve", "reject"]
-ApprovalKind = Literal["approval", "needs_help"]
+ApprovalKind = Literal["approval", "needs_help", "stalled"]
+# Why a run holds: its budget, a person's pause, a model that stayed unavailable, or an
+# agent that made no progress (the watchdog).
+PauseReason = Literal["budget", "requested", "model_unavailable", "stalled"]
 Phase = Literal["planning", "acting", "verifying", "replanning", "completing"]
 
 

@@ -53,7 +53,9 @@ class RunFigures(BaseModel):
     model_pauses: int = Field(0, description="pauses because the model stayed unavailable")
     replans: int = 0
     approvals: int = Field(0, description="approval requests people decided")
-    guidance: int = Field(0, description="of those, answers to an agent asking for help")
+    guidance: int = Field(
+        0, description="of those, answers to an agent asking for help or held as stalled"
+    )
     budget_changes: int = 0
     resumes: int = 0
     verifications: int = Field(0, description="an agent's step verifications")
@@ -61,10 +63,17 @@ class RunFigures(BaseModel):
     premature_completions: int = Field(
         0, description="times the agent claimed the goal met while a criterion failed"
     )
+    stalls: int = Field(0, description="times the watchdog held the run: no progress")
 
     def met_failure(self) -> bool:
         """Whether the run met a failure it had to recover from."""
-        return bool(self.retried_steps or self.budget_pauses or self.model_pauses or self.replans)
+        return bool(
+            self.retried_steps
+            or self.budget_pauses
+            or self.model_pauses
+            or self.replans
+            or self.stalls
+        )
 
     def interventions(self) -> int:
         """How many times a person stepped in."""

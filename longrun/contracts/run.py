@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from longrun.contracts.agent import AgentCarry, AgentSpec, CriterionState, PlanItem
+from longrun.contracts.agent import AgentCarry, AgentSpec, CriterionState, PlanItem, Watchdog
 from longrun.contracts.budget import (
     ApprovalDecision,
     ApprovalRecord,
@@ -27,6 +27,7 @@ from longrun.contracts.budget import (
 from longrun.contracts.common import (
     LabelKey,
     LabelValue,
+    PauseReason,
     Phase,
     RunStatusName,
     StepKind,
@@ -51,6 +52,9 @@ class RunRequest(_Strict):
     model: str | None = Field(None, min_length=1, max_length=200)
     models: RoleModels | None = None
     max_steps: int | None = Field(None, ge=1, le=10_000)
+    watchdog: Watchdog | None = Field(
+        None, description="when the agent counts as stalled (goal-only runs); defaults fit most"
+    )
     budget: Budget | None = None
     on_failure: Literal["stop", "compensate"] = "stop"
     labels: dict[LabelKey, LabelValue] = Field(
@@ -136,7 +140,7 @@ class ChildRun(BaseModel):
     step_id: str
     item: int | None = Field(None, description="its item's index, in a for_each")
     status: RunStatusName = "running"
-    pause_reason: Literal["budget", "requested", "model_unavailable"] | None = None
+    pause_reason: PauseReason | None = None
     budget: Budget = Field(default_factory=Budget, description="what it may use")
     wants: Limits = Field(default_factory=Limits, description="what its step asked for")
     usage: Usage = Field(default_factory=Usage, description="what it reported it used")
@@ -152,7 +156,7 @@ class ChildReport(BaseModel):
     run_id: str
     seq: int
     status: RunStatusName
-    pause_reason: Literal["budget", "requested", "model_unavailable"] | None = None
+    pause_reason: PauseReason | None = None
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     final: bool = False
@@ -180,9 +184,11 @@ class RunState(BaseModel):
     result: Any = None
     error: str | None = None
     budget: BudgetView = Field(default_factory=BudgetView)
-    pause_reason: Literal["budget", "requested", "model_unavailable"] | None = None
+    pause_reason: PauseReason | None = None
     pause_detail: str | None = Field(
-        None, description="for model_unavailable: the model's last error; resume to ask again"
+        None,
+        description="for model_unavailable: the model's last error (resume to ask again); "
+        "for stalled: what the watchdog saw (decide the `stalled` approval)",
     )
     exhausted: list[str] = Field(default_factory=list)
     # Goal-only runs:

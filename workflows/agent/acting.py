@@ -14,6 +14,7 @@ from workflows.agent.briefs import MAX_ARGUMENT_CHARS
 from workflows.agent.checks import Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
+from workflows.agent.watchdog import ProgressWatch, StallGate
 from workflows.common import StepFailed, failure_of, patched, policy_urls_whole, preview
 from workflows.parts import RunParts
 
@@ -26,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         ActRequest,
         ActResult,
         AgentSpec,
+        Brief,
         Criterion,
         Delegation,
         JudgeCheck,
@@ -68,26 +70,22 @@ class Actor:
             self._offered.append(prompts.DELEGATE_TOOL)
         # A model calls a tool by its function name (briefs.function_name).
         self._names = {briefs.function_name(t.name): t.name for t in tools}
+        # The progress watchdog, for runs that have it (set by the loop).
+        self.watch: ProgressWatch | None = None
+        self._gate = StallGate(parts, spec.watchdog, state)
 
     async def act(self, item: PlanItem, feedback: str | None) -> bool:
         """Work on one step until the model says it is done; True if `finish` was proven."""
         state, inp = self._state, self._parts.inp
         state.enter("acting")
+        if self.watch is not None:
+            self.watch.new_step()
         brief = None
         messages: list[dict[str, Any]] = []
         if state.context:
             # model.act puts the prompt together; history carries the brief and this
             # step's turns only.
-            brief = briefs.brief(
-                inp.goal,
-                self._spec.acceptance,
-                state.plan,
-                state.summary,
-                state.notes,
-                item,
-                feedback,
-                inp.config.prompt_token_budget,
-            )
+            brief = self._brief(item, feedback)
         else:
             text = briefs.brief_text(
                 inp.goal, self._spec.acceptance, state.plan, state.notes, item, feedback
@@ -108,6 +106,10 @@ class Actor:
                 raise StepFailed(
                     f"max_steps ({self._spec.max_steps}) used up before the goal was verifiably met"
                 )
+            if self.watch is not None:
+                self.watch.note_turn()
+            if await self.held(item):  # the step starts afresh with a person's guidance
+                brief, messages = self._brief(item, feedback), []
             state.turns += 1
             result: ActResult = await self._parts.calls.checked(
                 ModelActivities.act,
@@ -139,9 +141,40 @@ class Actor:
                 else:
                     reply = await self._call_tool(item, call)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": reply})
+                if await self.held(item):  # the rest of the answer is dropped with the turns
+                    brief, messages = self._brief(item, feedback), []
+                    break
             context.bounded_turns(messages, TURNS_MAX_BYTES)
         item.summary = f"stopped after {self._spec.max_turns_per_step} turns without a summary"
         return False
+
+    async def held(self, item: PlanItem | None) -> bool:
+        """If the watchdog saw the run stall, hold it for a person; True once they gave
+        guidance to go on with (a rejection fails the run)."""
+        if self.watch is None or self.watch.stall is None:
+            return False
+        await self._gate.hold(self.watch.stall, item)
+        self.watch.forgive()
+        return True
+
+    def _brief(self, item: PlanItem, feedback: str | None) -> Brief:
+        inp = self._parts.inp
+        return briefs.brief(
+            inp.goal,
+            self._spec.acceptance,
+            self._state.plan,
+            self._state.summary,
+            self._state.notes,
+            item,
+            feedback,
+            inp.config.prompt_token_budget,
+        )
+
+    def _invalid(self, reply: str) -> str:
+        """An answer that called no allowed tool rightly: the watchdog counts it."""
+        if self.watch is not None:
+            self.watch.note_invalid(reply)
+        return reply
 
     async def _call_tool(self, item: PlanItem, call: ToolCallRequest) -> str:
         """Run one tool call the model asked for; the answer is what the model is told."""
@@ -160,7 +193,7 @@ class Actor:
             p.steps.settle(state, "skipped", error=refusal)
             p.audit.record("longrun", "refused", f"{step_id}: {refusal}")
             allowed = ", ".join(self._spec.tools) or "(none)"
-            return (
+            return self._invalid(
                 f"Refused ({refusal}): the tool is not allowed in this run, so nothing ran. "
                 f"Allowed tools: {allowed}."
             )
@@ -171,7 +204,7 @@ class Actor:
             state = p.steps.add(step_id, "tool")
             refusal = f"no tool '{name}' on this worker: run workers of the API's version"
             p.steps.settle(state, "failed", error=refusal)
-            return f"The tool failed: {refusal}. Use another tool."
+            return self._invalid(f"The tool failed: {refusal}. Use another tool.")
         try:
             if len(call.arguments) > MAX_ARGUMENT_CHARS:
                 raise ValueError(f"longer than {MAX_ARGUMENT_CHARS} characters")
@@ -188,7 +221,7 @@ class Actor:
                     )
                 )
         except (ValueError, RecursionError) as exc:
-            return f"Invalid arguments for {name}, nothing ran: {str(exc)[:2000]}"
+            return self._invalid(f"Invalid arguments for {name}, nothing ran: {str(exc)[:2000]}")
 
         state = p.steps.add(step_id, "tool")
         urls_whole = policy_urls_whole()
@@ -205,7 +238,9 @@ class Actor:
             if record.decision == "reject":
                 p.steps.settle(state, "skipped", error=f"rejected by {record.decided_by}")
                 comment = f": {record.comment}" if record.comment else ""
-                return f"A person rejected this call{comment}. Find another way."
+                return self._ran(
+                    name, args, f"A person rejected this call{comment}. Find another way."
+                )
         await p.ledger.checkpoint("tool")
         p.steps.start(state)
         try:
@@ -215,7 +250,7 @@ class Actor:
             state.attempts = attempts
             p.steps.settle(state, "failed", error=message)
             self._state.observe(f"{name} {preview(args)} failed: {message}")
-            return f"The tool failed: {message}"
+            return self._ran(name, args, f"The tool failed: {message}")
         state.attempts = result.attempt
         p.undo.remember(step_id, name, args, result.output)
         p.steps.settle(state, "completed", output=result.output)
@@ -223,7 +258,15 @@ class Actor:
         self._state.observe(f"{name} {preview(args)} -> {text[:OBSERVATION_CHARS]}")
         # Big fields are artifact references here; model.act reads them back in, within
         # its own limit, so history keeps only the references.
-        return text if len(text) <= TOOL_RESULT_CHARS else text[:TOOL_RESULT_CHARS] + "…"
+        return self._ran(
+            name, args, text if len(text) <= TOOL_RESULT_CHARS else text[:TOOL_RESULT_CHARS] + "…"
+        )
+
+    def _ran(self, name: str, args: dict[str, Any], reply: str) -> str:
+        """A tool call ran and the model is told `reply`: the watchdog counts it."""
+        if self.watch is not None:
+            self.watch.note_call(name, args, reply)
+        return reply
 
     async def _delegate(self, call: ToolCallRequest, step_id: str) -> str:
         """Run a sub-goal as a child run (its budget carved out of this run's, its tools

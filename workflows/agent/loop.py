@@ -20,6 +20,7 @@ from workflows.agent.acting import MEMORY_PATCH, Actor
 from workflows.agent.checks import Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
+from workflows.agent.watchdog import ProgressWatch, watching
 from workflows.common import StepFailed, patched
 from workflows.handover import HandOver
 from workflows.parts import RunParts
@@ -28,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     # Safe to pass through: a method reference, pure prompt text and pydantic models.
     from activities.model import ModelActivities
     from longrun import prompts
-    from longrun.contracts import AgentSpec, PlanAttempt, PlanItem, PlanRequest
+    from longrun.contracts import AgentSpec, Phase, PlanAttempt, PlanItem, PlanRequest
 
 # Runs started before briefs, compaction and continue-as-new replay the way they ran.
 CONTEXT_PATCH = "agent-context"
@@ -43,9 +44,8 @@ class AgentLoop:
         self._parts = parts
         self._handover = handover
         self._spec = spec
-        self.state = AgentState(
-            spec, parts.refresh, lambda phase: parts.events.emit("phase", phase=phase)
-        )
+        self.state = AgentState(spec, parts.refresh, self._entering)
+        self._watch: ProgressWatch | None = None
         inp = parts.inp
         # An earlier segment's state, or (a retry or fork) where the run it starts again
         # stood, with the steps before the one it goes on from done.
@@ -65,6 +65,11 @@ class AgentLoop:
         """Plan, then work through the plan until the goal is verifiably met."""
         s = self.state
         s.context = patched(CONTEXT_PATCH)
+        if watching(s):
+            ledger = self._parts.ledger
+            self._watch = self._actor.watch = ProgressWatch(
+                self._spec.watchdog, s, workflow.now, lambda: ledger.budget.max_duration_s
+            )
         if not self._resumed:
             s.plan = await self._make_plan(context=None)
         while True:
@@ -73,6 +78,8 @@ class AgentLoop:
             # always moves the run forward.)
             progressed = self._verified_here or s.turns > self._turns_at_start
             if s.context and progressed and self._handover.due(self._verified_here):
+                if self._watch is not None:
+                    self._watch.leave(s.phase)  # its time so far travels along
                 await self._handover.hand_over({}, agent=s.carry())
             if s.index == len(s.plan):
                 # The plan is done, which claims the goal is met: prove it.
@@ -105,6 +112,8 @@ class AgentLoop:
                 item.status = "completed"
                 s.notes.append(f"{item.id}: {item.summary}")
                 self._verified_here += 1
+                if self._watch is not None:
+                    self._watch.progressed()
                 if s.context:
                     await self._memory.compact_if_due()
                 elif patched(MEMORY_PATCH):
@@ -140,6 +149,12 @@ class AgentLoop:
             item.attempts = 0
             item.status = "running"
 
+    def _entering(self, phase: Phase) -> None:
+        """The loop moves from its phase to `phase`."""
+        if self._watch is not None:
+            self._watch.leave(self.state.phase)
+        self._parts.events.emit("phase", phase=phase)
+
     def _replan_context(self, item: PlanItem, why: str) -> str:
         s = self.state
         if s.context:  # bounded however many steps are done
@@ -171,6 +186,8 @@ class AgentLoop:
                 f"declined to help{reason}"
             )
         item.guidance.append(f"{record.decided_by}: {record.comment or '(no comment)'}")
+        if self._watch is not None:  # a person's answer starts the counting afresh
+            self._watch.forgive()
         return f"Last failure: {why[:2000]}"
 
     async def _make_plan(self, context: str | None) -> list[PlanItem]:
@@ -192,6 +209,9 @@ class AgentLoop:
                 summary="plan" if context is None else f"replan {self.state.replans}",
             )
             self._parts.ledger.count(attempt.usage)
+            if self._watch is not None:
+                self._watch.note_time()
+                await self._actor.held(None)
             error = attempt.error or briefs.duplicate_ids(attempt.plan)
             if error is None and attempt.plan is not None:
                 ids = ", ".join(s.id for s in attempt.plan.steps)

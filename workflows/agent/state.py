@@ -54,6 +54,9 @@ class AgentState:
         # Set once the run knows it is on the agent-context path: prompts assembled from
         # briefs, notes journaled by verification, progress compacted, hand-overs.
         self.context = False
+        # What the progress watchdog reads (workflows/agent/watchdog.py).
+        self.turns_at_progress = 0  # `turns` when a plan step was last verified
+        self.phase_seconds: dict[str, float] = {}  # time spent in each phase before this one
 
     def restore(self, carry: AgentCarry) -> None:
         """Take over where the previous history segment stood."""
@@ -67,6 +70,8 @@ class AgentState:
         self.tool_calls = carry.tool_calls
         self.notes = carry.progress
         self.summary = carry.summary
+        self.turns_at_progress = carry.turns_at_progress
+        self.phase_seconds = dict(carry.phase_seconds)
         self.phase = "acting"
         if self.plan:  # past the last step, the last one's summary is the run's claim
             self.current = self.plan[min(self.index, len(self.plan) - 1)]
@@ -84,6 +89,8 @@ class AgentState:
             tool_calls=self.tool_calls,
             progress=self.notes,
             summary=self.summary,
+            turns_at_progress=self.turns_at_progress,
+            phase_seconds=self.phase_seconds,
         )
 
     def compact_plan(self) -> list[PlanItem]:
