@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.errors import fatal, retry_after_seconds, transient
 from activities.heartbeat import heartbeating
+from activities.pace import Paces
 from activities.structured import MODES, Mode, answer_text, ask, refuses
 from longrun.context import estimate_tokens
 from longrun.contracts import ModelUsage, ToolCallRequest
@@ -95,6 +97,7 @@ class Endpoint:
         self._stream_options = True  # whether the server takes `stream_options`
         self.streaming = settings.model_stream
         self.fixed_mode: Mode | None = None  # a way to ask for JSON that overrides settings
+        self.paces = Paces()  # how fast each model reads and writes, from streamed calls
 
     def client(self) -> AsyncOpenAI:
         """The openai client for this server (no retries of its own: Temporal retries)."""
@@ -163,23 +166,38 @@ class Endpoint:
     # --- calls ------------------------------------------------------------------------------
 
     async def chat(
-        self, model: str, messages: list[dict[str, Any]], *, max_tokens: int, **extra: Any
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        within_s: float | None = None,
+        **extra: Any,
     ) -> Answer:
         """One Chat Completions call; provider errors become retryable or fatal errors
         that name the server and the model."""
         try:
-            return await self.call(model, messages, max_tokens=max_tokens, **extra)
+            return await self.call(
+                model, messages, max_tokens=max_tokens, within_s=within_s, **extra
+            )
         except (Refused, ContextExceeded) as exc:
             raise fatal(str(exc), type="ModelRequestRejected") from None
 
     async def call(
-        self, model: str, messages: list[dict[str, Any]], *, max_tokens: int, **extra: Any
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        within_s: float | None = None,
+        **extra: Any,
     ) -> Answer:
         """`chat`, but a refused request shape raises `Refused` and a prompt too long for
         the model raises `ContextExceeded`, for the caller to ask differently. A call whose
         answer room overflows a window the server only now named is sent again, once,
-        with the room that is left."""
-        max_tokens = await self.room(model, messages, max_tokens)
+        with the room that is left. With `within_s`, the answer is no longer than the
+        model's pace lets it write in that time."""
+        max_tokens = await self.room(model, messages, max_tokens, within_s)
         try:
             return await self._send(model, messages, max_tokens, extra)
         except AnswerTooLong as exc:
@@ -193,10 +211,20 @@ class Endpoint:
                 raise  # the prompt itself is too long
             return await self._send(model, messages, left, extra)
 
-    async def room(self, model: str, messages: list[dict[str, Any]], wanted: int) -> int:
-        """`max_tokens` for a call: as wanted, within what the model may answer and what
-        the context window leaves."""
+    async def room(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        wanted: int,
+        within_s: float | None = None,
+    ) -> int:
+        """`max_tokens` for a call: as wanted, within what the model may answer, what it
+        can write in `within_s` at its pace, and what the context window leaves."""
         wanted = min(wanted, self._max_answers.get(model, wanted))
+        pace = self.paces.get(model)
+        if within_s is not None and pace is not None:
+            fits = pace.tokens_within(_prompt_tokens(messages), within_s)
+            wanted = max(MIN_ANSWER_TOKENS, min(wanted, fits))
         window = await self.window(model)
         if window is None:
             return wanted
@@ -206,8 +234,7 @@ class Endpoint:
     def left(window: int, messages: list[dict[str, Any]]) -> int:
         """Tokens a window leaves for the answer after `messages` (estimated, with room
         for what the estimate misses)."""
-        used = sum(estimate_tokens(str(m.get("content") or "")) + 4 for m in messages)
-        return window - used - WINDOW_MARGIN_TOKENS
+        return window - _prompt_tokens(messages) - WINDOW_MARGIN_TOKENS
 
     async def _send(
         self, model: str, messages: list[dict[str, Any]], max_tokens: int, extra: dict[str, Any]
@@ -252,6 +279,7 @@ class Endpoint:
 
     async def _streamed(self, request: dict[str, Any]) -> Answer:
         options = {"stream_options": {"include_usage": True}} if self._stream_options else {}
+        sent = time.monotonic()
         try:
             stream = await self.client().chat.completions.create(  # type: ignore[call-overload]
                 **request, stream=True, **options
@@ -268,10 +296,13 @@ class Endpoint:
             return await self._whole(request)
         state: ChatCompletionStreamState[Any] = ChatCompletionStreamState()
         chunks = 0
+        first: float | None = None  # when the first token came
         try:
             async for chunk in stream:
                 state.handle_chunk(chunk)
                 chunks += 1
+                if first is None and chunk.choices:
+                    first = time.monotonic()
         except httpx.TransportError:
             if chunks:
                 raise
@@ -293,7 +324,16 @@ class Endpoint:
         except openai.LengthFinishReasonError as exc:
             # An answer cut at max_tokens is still the answer: the caller judges it.
             completion = exc.completion
-        return _answer(completion, request["model"], request)
+        answer = _answer(completion, request["model"], request)
+        if first is not None:
+            self.paces.record(
+                request["model"],
+                answer.usage.input_tokens,
+                answer.usage.output_tokens,
+                first_token_s=first - sent,
+                writing_s=time.monotonic() - first,
+            )
+        return answer
 
     async def _whole(self, request: dict[str, Any]) -> Answer:
         completion = await self.client().chat.completions.create(**request)
@@ -307,6 +347,7 @@ class Endpoint:
         name: str,
         schema: dict[str, Any],
         max_tokens: int,
+        within_s: float | None = None,
     ) -> tuple[str, Answer]:
         """Ask for JSON matching `schema` the way the server takes it; the text that
         holds the JSON, and the answer. With `auto`, a refused way is not tried again for
@@ -315,7 +356,9 @@ class Endpoint:
             mode = self.mode(model)
             sent, extra = ask(mode, name, schema, messages)
             try:
-                answer = await self.call(model, sent, max_tokens=max_tokens, **extra)
+                answer = await self.call(
+                    model, sent, max_tokens=max_tokens, within_s=within_s, **extra
+                )
             except ContextExceeded as exc:
                 raise fatal(str(exc), type="ModelRequestRejected") from None
             except Refused as exc:
@@ -445,10 +488,15 @@ def _answer(completion: ChatCompletion, model: str, request: dict[str, Any]) -> 
             output_tokens=usage.completion_tokens,
         )
     else:  # a server that does not report usage: a conservative estimate
-        sent = sum(estimate_tokens(str(m.get("content") or "")) + 4 for m in request["messages"])
+        sent = _prompt_tokens(request["messages"])
         said = (message.content or "") + "".join(c.arguments for c in calls)
         tokens = ModelUsage(model=model, input_tokens=sent, output_tokens=estimate_tokens(said))
     return Answer(message.content, calls, tokens, choice.finish_reason, usage is not None)
+
+
+def _prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    """The tokens `messages` take, estimated."""
+    return sum(estimate_tokens(str(m.get("content") or "")) + 4 for m in messages)
 
 
 def _said(exc: BaseException) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -36,6 +37,13 @@ from longrun.settings import Settings
 
 TOOL_RESULT_CHARS = 16_000  # of one tool result, as the actor reads it
 RECALL_NOTES = 5  # journal notes offered to the actor per call
+# What one plan step takes to write (id, intent, expected evidence), and the rest of a
+# plan's JSON: a plan's `max_tokens` follows from the steps it may have.
+PLAN_STEP_TOKENS = 120
+PLAN_TOKENS = 200
+# The share of its activity's timeout a model call plans to use: the rest is for reading
+# the prompt slower than expected.
+CALL_SHARE = 0.8
 
 
 class ModelActivities:
@@ -71,7 +79,9 @@ class ModelActivities:
             json_value: Any = None
             json_error: str | None = None
             if req.json_schema is None:
-                answer = await self.endpoint.chat(req.model, messages, max_tokens=max_tokens)
+                answer = await self.endpoint.chat(
+                    req.model, messages, max_tokens=max_tokens, within_s=allowance(None)
+                )
                 text = answer.content or ""
             else:
                 text, answer = await self.endpoint.structured(
@@ -80,6 +90,7 @@ class ModelActivities:
                     name="output",
                     schema=req.json_schema,
                     max_tokens=max_tokens,
+                    within_s=allowance(None),
                 )
                 try:
                     json_value = structured.parse_json(text)
@@ -105,6 +116,9 @@ class ModelActivities:
         """Ask the planner for a plan; an invalid answer is returned, not raised, so the
         workflow can re-ask with the reason (and count the tokens it cost)."""
         with reported_with_attempt() as attempt:
+            wanted = self._settings.max_output_tokens.plan
+            if req.max_steps is not None:
+                wanted = min(wanted, PLAN_TOKENS + PLAN_STEP_TOKENS * req.max_steps)
             text, answer = await self.endpoint.structured(
                 req.model,
                 [
@@ -113,12 +127,19 @@ class ModelActivities:
                 ],
                 name="plan",
                 schema=PLAN_SCHEMA,
-                max_tokens=self._settings.max_output_tokens.plan,
+                max_tokens=wanted,
+                within_s=allowance(req.time_left_s),
             )
             usage = answer.usage
             try:
                 plan = AgentPlan.model_validate(structured.parse_json(text))
             except ValueError as exc:  # pydantic's ValidationError is a ValueError
+                if answer.finish_reason == "length":  # ask again for less, not again whole
+                    return PlanAttempt(
+                        error=_cut_short(text, usage.output_tokens, req),
+                        usage=usage,
+                        attempt=attempt,
+                    )
                 return PlanAttempt(error=_explain(exc, text), usage=usage, attempt=attempt)
             return PlanAttempt(plan=plan, usage=usage, attempt=attempt)
 
@@ -135,7 +156,11 @@ class ModelActivities:
                 messages, trimmed = await asyncio.to_thread(self._prompt, req, window, wanted)
                 try:
                     answer = await self.endpoint.call(
-                        req.model, messages, max_tokens=wanted, tools=tools
+                        req.model,
+                        messages,
+                        max_tokens=wanted,
+                        within_s=allowance(req.time_left_s),
+                        tools=tools,
                     )
                 except ContextExceeded as exc:
                     # The server said how small its window is: assemble within it, once.
@@ -188,6 +213,7 @@ class ModelActivities:
                     {"role": "user", "content": prompts.compact_request(req)},
                 ],
                 max_tokens=self._settings.max_output_tokens.compact,
+                within_s=allowance(None),
             )
             usage = answer.usage
             summary = (answer.content or "").strip()
@@ -220,6 +246,7 @@ class ModelActivities:
             name="verdict",
             schema=VERDICT_SCHEMA,
             max_tokens=self._settings.max_output_tokens.judge,
+            within_s=allowance(None),
         )
         usage = said.usage
         try:
@@ -233,6 +260,29 @@ class ModelActivities:
                 passed=False, evidence="the judge confirmed without citing a reason", usage=usage
             )
         return Verdict(passed=answer.passed, evidence=answer.reason, usage=usage)
+
+
+def allowance(time_left_s: float | None) -> float | None:
+    """The seconds a model call may take: its share of what its activity attempt has
+    left, and no more than the run has left of its time budget."""
+    limits = [] if time_left_s is None else [time_left_s]
+    info = activity.info()
+    if info.start_to_close_timeout is not None:
+        elapsed = (datetime.now(UTC) - info.started_time).total_seconds()
+        limits.append(info.start_to_close_timeout.total_seconds() * CALL_SHARE - elapsed)
+    return max(0.0, min(limits)) if limits else None
+
+
+def _cut_short(text: str, tokens: int, req: PlanRequest) -> str:
+    """Why a plan cut off at `tokens` (the most the call could write in its time) is asked
+    again: for fewer steps than it had begun."""
+    cap = req.max_steps or 10
+    begun = text.count('"intent"')
+    fewer = max(1, (min(begun, cap) if begun else cap) // 2)
+    return (
+        f"the answer was cut off after {tokens} tokens, all this call could write in its "
+        f"time: plan fewer steps (at most {fewer}), with short intents and evidence"
+    )
 
 
 class JudgeAnswer(BaseModel):

@@ -85,6 +85,8 @@ def plan_request(req: PlanRequest) -> str:
         f"Acceptance criteria:\n{bullet(req.criteria)}",
         f"Tools: {', '.join(req.tools) or '(none)'}",
     ]
+    if req.max_steps is not None:
+        parts.append(f"Plan at most {req.max_steps} steps.")
     if req.context:
         parts.append(f"Progress so far, and why the plan must change:\n{req.context}")
     if req.previous_error:

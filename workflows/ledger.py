@@ -171,10 +171,14 @@ class Ledger:
     def time_left(self) -> float | None:
         """Seconds until a time budget that fails the run is used up (None: no such
         budget)."""
-        limit = self.budget.max_duration_s
-        if limit is None or self.budget.on_budget_exhausted != "fail":
+        if self.budget.on_budget_exhausted != "fail":
             return None
-        return max(0.0, limit - self.elapsed_s())
+        return self.time_budget_left()
+
+    def time_budget_left(self) -> float | None:
+        """Seconds left of the run's time budget (None: it has none)."""
+        limit = self.budget.max_duration_s
+        return None if limit is None else max(0.0, limit - self.elapsed_s())
 
     def time_up(self) -> str:
         """Why a run whose time budget is used up fails."""

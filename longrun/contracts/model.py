@@ -57,6 +57,8 @@ class PlanRequest(BaseModel):
     tools: list[str]
     context: str | None = None
     previous_error: str | None = None
+    max_steps: int | None = None  # the most steps the plan may have (the turns left)
+    time_left_s: float | None = None  # of the run's time budget, when it has one
 
 
 class PlanAttempt(BaseModel):
@@ -89,6 +91,7 @@ class ActRequest(BaseModel):
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     brief: Brief | None = None
+    time_left_s: float | None = None  # of the run's time budget, when it has one
 
 
 class ActResult(BaseModel):

@@ -83,6 +83,10 @@ class Profile(BaseModel):
     silent_stream_errors: bool = Field(
         False, description="a refused streamed request gets an empty 200 stream, not the error"
     )
+    read_tps: float | None = Field(
+        None, gt=0, description="streamed: prompt tokens read a second before the first token"
+    )
+    write_tps: float | None = Field(None, gt=0, description="streamed: tokens written a second")
 
 
 PROFILES = {
@@ -319,7 +323,13 @@ class StandIn:
             options = body.get("stream_options") or {}
             with_usage = bool(options.get("include_usage")) and self.profile.stream_usage
             chunks = self._chunks(
-                completion_id, model, message, finish, usage if with_usage else None, rule
+                completion_id,
+                model,
+                message,
+                finish,
+                usage if with_usage else None,
+                rule,
+                prompt_tokens,
             )
             return StreamingResponse(chunks, media_type="text/event-stream")
         return JSONResponse(
@@ -377,8 +387,10 @@ class StandIn:
         finish: str,
         usage: dict[str, int] | None,
         rule: Rule,
+        prompt_tokens: int,
     ) -> AsyncIterator[str]:
-        """The answer as Server-Sent Events, a few characters a chunk, as servers stream."""
+        """The answer as Server-Sent Events, a few characters a chunk, as servers stream
+        (at the profile's pace, if it has one)."""
 
         def event(choices: list[dict[str, Any]], **extra: Any) -> str:
             chunk = {
@@ -395,20 +407,28 @@ class StandIn:
             return event([{"index": 0, "delta": part, "finish_reason": reason}])
 
         content = message.get("content") or ""
-        parts = [delta({"role": "assistant"})]
-        parts += [delta({"content": content[i : i + 8]}) for i in range(0, len(content), 8)]
+        # Each chunk with the tokens it writes.
+        parts = [(delta({"role": "assistant"}), 0)]
+        for i in range(0, len(content), 8):
+            parts.append((delta({"content": content[i : i + 8]}), tokens_of(content[i : i + 8])))
         for i, call in enumerate(message.get("tool_calls") or []):
-            parts.append(delta({"tool_calls": [{"index": i, **call}]}))
-        parts.append(delta({}, finish))
+            written = tokens_of(call["function"]["arguments"])
+            parts.append((delta({"tool_calls": [{"index": i, **call}]}), written))
+        parts.append((delta({}, finish), 0))
         if usage is not None:
-            parts.append(event([], usage=usage))
+            parts.append((event([], usage=usage), 0))
+        pace = self.profile
         self.generating += 1
         try:
-            for n, part in enumerate(parts):
+            if pace.read_tps:
+                await asyncio.sleep(prompt_tokens / pace.read_tps)
+            for n, (part, written) in enumerate(parts):
                 if rule.die_after_chunks is not None and n == rule.die_after_chunks:
                     raise ConnectionAbortedError("the stand-in dies mid-stream, as asked")
                 if n and rule.chunk_delay_s:
                     await asyncio.sleep(rule.chunk_delay_s)
+                if written and pace.write_tps:
+                    await asyncio.sleep(written / pace.write_tps)
                 yield part
             yield "data: [DONE]\n\n"
         finally:

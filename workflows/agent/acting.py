@@ -120,6 +120,7 @@ class Actor:
                     messages=messages,
                     tools=self._offered,
                     brief=brief,
+                    time_left_s=self._parts.ledger.time_budget_left(),
                 ),
                 summary=f"act: {item.id} (turn {state.turns})",
             )

@@ -205,6 +205,8 @@ class AgentLoop:
                     tools=self._spec.tools,
                     context=context,
                     previous_error=error,
+                    max_steps=max(1, self._spec.max_steps - self.state.turns),
+                    time_left_s=self._parts.ledger.time_budget_left(),
                 ),
                 summary="plan" if context is None else f"replan {self.state.replans}",
             )
