@@ -98,6 +98,7 @@ class Endpoint:
         self.streaming = settings.model_stream
         self.fixed_mode: Mode | None = None  # a way to ask for JSON that overrides settings
         self.paces = Paces()  # how fast each model reads and writes, from streamed calls
+        self._routed: set[str] = set()  # models whose tool calls longrun routes
 
     def client(self) -> AsyncOpenAI:
         """The openai client for this server (no retries of its own: Temporal retries)."""
@@ -162,6 +163,26 @@ class Endpoint:
         if setting != "auto":
             return setting
         return self._modes.get(model, MODES[0])
+
+    def routes(self, model: str) -> bool:
+        """Whether the actor's tool calls to `model` are routed by longrun."""
+        return self._settings.tool_choice == "routed" or model in self._routed
+
+    def route(self, model: str, why: str) -> bool:
+        """Route `model`'s tool calls from now on, because of `why` (unless settings say
+        never); whether they are."""
+        if self._settings.tool_choice == "native":
+            return False
+        if model not in self._routed:
+            log.warning(
+                "%s: model %s calls tools badly with auto tool choice (%s); longrun routes "
+                "its tool calls from now on",
+                self.url,
+                model,
+                why,
+            )
+            self._routed.add(model)
+        return True
 
     # --- calls ------------------------------------------------------------------------------
 

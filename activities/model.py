@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
-from activities import structured
+from activities import routing, structured
 from activities.artifacts import store_for
 from activities.endpoint import WINDOW_MARGIN_TOKENS, ContextExceeded, Endpoint, Refused
 from activities.errors import fatal, reported_with_attempt
@@ -29,8 +29,10 @@ from longrun.contracts import (
     CompactResult,
     ModelRequest,
     ModelResult,
+    ModelUsage,
     PlanAttempt,
     PlanRequest,
+    ToolCallRequest,
     Verdict,
 )
 from longrun.settings import Settings
@@ -155,13 +157,7 @@ class ModelActivities:
             for _ in range(2):
                 messages, trimmed = await asyncio.to_thread(self._prompt, req, window, wanted)
                 try:
-                    answer = await self.endpoint.call(
-                        req.model,
-                        messages,
-                        max_tokens=wanted,
-                        within_s=allowance(req.time_left_s),
-                        tools=tools,
-                    )
+                    content, calls, usage = await self._turn(req, messages, tools, wanted)
                 except ContextExceeded as exc:
                     # The server said how small its window is: assemble within it, once.
                     if exc.window is None or exc.window == window or req.brief is None:
@@ -171,9 +167,9 @@ class ModelActivities:
                 except Refused as exc:
                     raise fatal(str(exc), type="ModelRequestRejected") from None
                 return ActResult(
-                    content=answer.content,
-                    tool_calls=answer.tool_calls,
-                    usage=answer.usage,
+                    content=content,
+                    tool_calls=calls,
+                    usage=usage,
                     attempt=attempt,
                     trimmed=trimmed,
                 )
@@ -182,6 +178,41 @@ class ModelActivities:
                 f"context window of {window} tokens",
                 type="ModelRequestRejected",
             )
+
+    async def _turn(
+        self,
+        req: ActRequest,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        wanted: int,
+    ) -> tuple[str | None, list[ToolCallRequest], ModelUsage]:
+        """The actor's answer: with the tools offered as the server takes them ("auto"
+        tool choice), or routed by longrun for a model that calls tools badly that way
+        (learned on its first bad answer, which is then asked again routed)."""
+        within = allowance(req.time_left_s)
+        spent = ModelUsage(model=req.model)
+        if not self.endpoint.routes(req.model):
+            answer = await self.endpoint.call(
+                req.model, messages, max_tokens=wanted, within_s=within, tools=tools
+            )
+            why = routing.calls_badly(answer.content, answer.tool_calls, tools)
+            if why is None or not self.endpoint.route(req.model, why):
+                return answer.content, answer.tool_calls, answer.usage
+            spent = answer.usage
+        text, answer = await self.endpoint.structured(
+            req.model,
+            routing.routed_messages(messages, tools),
+            name="action",
+            schema=routing.action_schema(tools),
+            max_tokens=wanted,
+            within_s=allowance(req.time_left_s),
+        )
+        try:
+            value = structured.parse_json(text)
+        except ValueError:
+            return text, [], spent + answer.usage
+        content, calls = routing.routed_answer(value, len(messages))
+        return content, calls, spent + answer.usage
 
     def _prompt(
         self, req: ActRequest, window: int | None, answer_tokens: int

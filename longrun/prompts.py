@@ -24,6 +24,13 @@ ACTOR = (
     "it early."
 )
 
+# How a routed actor call asks for its one action (activities/routing.py).
+ROUTED_ACTION = (
+    "Answer with one action as JSON only: "
+    '{"tool": <one of the tools>, "arguments": {...}} to call a tool, or '
+    '{"tool": "done", "summary": "..."} when the step is done.'
+)
+
 JUDGE = (
     "You verify claims about work an agent did. Decide from the evidence only whether the "
     "statement holds. Answer with JSON only: "

@@ -120,6 +120,11 @@ class Settings(BaseSettings):
     # per model, to what the server accepts (see activities/endpoint.py).
     model_retry_window_s: float = Field(1800.0, alias="LONGRUN_MODEL_RETRY_WINDOW_S", gt=0)
     structured_output: StructuredOutput = Field("auto", alias="LONGRUN_STRUCTURED_OUTPUT")
+    # How the actor's tool calls are asked for: `auto` offers the tools ("auto" tool
+    # choice) until a model calls them badly, then routes that model's calls (one
+    # structured action that longrun turns into the call); `native` never routes,
+    # `routed` always does (activities/routing.py).
+    tool_choice: Literal["auto", "native", "routed"] = Field("auto", alias="LONGRUN_TOOL_CHOICE")
     model_stream: bool = Field(True, alias="LONGRUN_MODEL_STREAM")
     max_output_tokens: OutputTokens = Field(
         default_factory=OutputTokens, alias="LONGRUN_MAX_OUTPUT_TOKENS"

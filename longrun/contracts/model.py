@@ -46,6 +46,14 @@ class ModelUsage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
 
+    def __add__(self, other: ModelUsage) -> ModelUsage:
+        """Two calls' tokens, as one turn of the model spent them."""
+        return ModelUsage(
+            model=self.model,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
 
 class PlanRequest(BaseModel):
     """Input of `model.plan`: ask for a plan (or a replan) as structured output."""

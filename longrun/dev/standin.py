@@ -83,6 +83,11 @@ class Profile(BaseModel):
     silent_stream_errors: bool = Field(
         False, description="a refused streamed request gets an empty 200 stream, not the error"
     )
+    tool_calls_as_text: bool = Field(
+        False,
+        description="with tools offered and none forced, writes a tool call as JSON text in "
+        "its answer instead of calling it, as small models do",
+    )
     read_tps: float | None = Field(
         None, gt=0, description="streamed: prompt tokens read a second before the first token"
     )
@@ -189,9 +194,25 @@ def role_of(body: dict[str, Any]) -> Role:
         return "plan"
     if name == "verdict" or system == prompts.JUDGE:
         return "judge"
-    if body.get("tools"):
+    if body.get("tools") or routed(body):
         return "act"
     return "complete"
+
+
+def routed(body: dict[str, Any]) -> bool:
+    """Whether a request is an actor's call routed by longrun: one action asked for as
+    JSON, the tools described in the prompt."""
+    said = (str(m.get("content") or "") for m in body.get("messages") or [])
+    return any(prompts.ROUTED_ACTION in text for text in said)
+
+
+def _arguments(call: ScriptedToolCall) -> Any:
+    if isinstance(call.arguments, str):
+        try:
+            return json.loads(call.arguments)
+        except ValueError:
+            return call.arguments
+    return call.arguments
 
 
 def tokens_of(text: str) -> int:
@@ -351,7 +372,19 @@ class StandIn:
         _, schema = schema_of(body)
         forced = _forced_tool(body)
         value = rule.json_reply
-        if rule.reply is None and value is None and not calls:
+        reply = rule.reply
+        if role == "act" and routed(body):
+            # The scripted call (or summary) as the one action asked for.
+            if calls:
+                value = {"tool": calls[0].name, "arguments": _arguments(calls[0])}
+            elif reply is not None or value is None:
+                said = reply if reply is not None else "[stand-in model] the step is done"
+                value = {"tool": "done", "summary": said}
+            calls, reply = [], None
+        elif calls and forced is None and self.profile.tool_calls_as_text:
+            reply = json.dumps({"name": calls[0].name, "arguments": _arguments(calls[0])})
+            calls = []
+        if reply is None and value is None and not calls:
             value = self._default_json(role, schema)
         if value is not None and forced is not None:
             calls.append(ScriptedToolCall(name=forced, arguments=json.dumps(value)))
@@ -370,8 +403,8 @@ class StandIn:
                 }
                 for i, call in enumerate(calls)
             ]
-        if rule.reply is not None:
-            message["content"] = rule.reply
+        if reply is not None:
+            message["content"] = reply
         elif value is not None:
             message["content"] = json.dumps(value)
         elif not calls:
