@@ -26,6 +26,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from temporalio.exceptions import ApplicationError
 
+from activities import recording
 from activities.errors import fatal, retry_after_seconds, transient
 from activities.heartbeat import heartbeating
 from activities.pace import Paces
@@ -288,6 +289,7 @@ class Endpoint:
                     raise self._error(exc, model) from None
                 except httpx.HTTPError as exc:  # raised while a stream is read
                     raise self._broken(exc, model) from None
+            recording.note(request, _recorded(answer))
             span.set_attributes(
                 {
                     "gen_ai.response.model": answer.usage.model,
@@ -513,6 +515,19 @@ def _answer(completion: ChatCompletion, model: str, request: dict[str, Any]) -> 
         said = (message.content or "") + "".join(c.arguments for c in calls)
         tokens = ModelUsage(model=model, input_tokens=sent, output_tokens=estimate_tokens(said))
     return Answer(message.content, calls, tokens, choice.finish_reason, usage is not None)
+
+
+def _recorded(answer: Answer) -> dict[str, Any]:
+    """An answer as a cassette keeps it."""
+    return {
+        "content": answer.content,
+        "tool_calls": [c.model_dump() for c in answer.tool_calls],
+        "finish_reason": answer.finish_reason,
+        "usage": {
+            "prompt_tokens": answer.usage.input_tokens,
+            "completion_tokens": answer.usage.output_tokens,
+        },
+    }
 
 
 def _prompt_tokens(messages: list[dict[str, Any]]) -> int:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
-from activities import routing, structured
+from activities import recording, routing, structured
 from activities.artifacts import store_for
 from activities.endpoint import WINDOW_MARGIN_TOKENS, ContextExceeded, Endpoint, Refused
 from activities.errors import fatal, reported_with_attempt
@@ -37,6 +38,8 @@ from longrun.contracts import (
 )
 from longrun.settings import Settings
 
+# The results of model activities, which say where their recorded calls are.
+Recordable = TypeVar("Recordable", ModelResult, PlanAttempt, ActResult, CompactResult, Verdict)
 TOOL_RESULT_CHARS = 16_000  # of one tool result, as the actor reads it
 RECALL_NOTES = 5  # journal notes offered to the actor per call
 # What one plan step takes to write (id, intent, expected evidence), and the rest of a
@@ -57,6 +60,14 @@ class ModelActivities:
         self._store = store_for(settings)
         self._journal = Journal.of(settings)
 
+    async def recorded(self, run_id: str, work: Awaitable[Recordable]) -> Recordable:
+        """Do a model activity's `work`; with LONGRUN_RECORD_MODEL_CALLS its calls are kept
+        as an artifact of the run, named in the result (for `longrun cassette`)."""
+        with recording.collecting(self._settings.record_model_calls) as calls:
+            result = await work
+        result.recorded = await recording.kept(self._store, run_id, calls)
+        return result
+
     async def aclose(self) -> None:
         """Close the HTTP connections of the client, if one was made."""
         await self.endpoint.aclose()
@@ -66,6 +77,9 @@ class ModelActivities:
         """Ask the model once; transient provider failures are raised for Temporal to retry.
         An answer that is not the JSON asked for comes back with `json_error`, which the
         workflow quotes when it asks again."""
+        return await self.recorded(req.run_id, self._complete(req))
+
+    async def _complete(self, req: ModelRequest) -> ModelResult:
         with reported_with_attempt() as attempt:
             # Artifact reads are file I/O: off the event loop, like the tools'.
             prompt, system = await asyncio.to_thread(
@@ -117,6 +131,9 @@ class ModelActivities:
     async def plan(self, req: PlanRequest) -> PlanAttempt:
         """Ask the planner for a plan; an invalid answer is returned, not raised, so the
         workflow can re-ask with the reason (and count the tokens it cost)."""
+        return await self.recorded(req.run_id, self._plan(req))
+
+    async def _plan(self, req: PlanRequest) -> PlanAttempt:
         with reported_with_attempt() as attempt:
             wanted = self._settings.max_output_tokens.plan
             if req.max_steps is not None:
@@ -148,6 +165,9 @@ class ModelActivities:
     @activity.defn(name="model.act")
     async def act(self, req: ActRequest) -> ActResult:
         """One turn of the actor: it answers, calls tools, or both."""
+        return await self.recorded(req.run_id, self._act(req))
+
+    async def _act(self, req: ActRequest) -> ActResult:
         with reported_with_attempt() as attempt:
             wanted = self._settings.max_output_tokens.act
             # Tool schemas as grammar engines take them; arguments are checked in full
@@ -236,6 +256,9 @@ class ModelActivities:
     async def compact(self, req: CompactRequest) -> CompactResult:
         """Fold the oldest progress entries into the rolling summary; the entries
         themselves stay in the journal."""
+        return await self.recorded(req.run_id, self._compact(req))
+
+    async def _compact(self, req: CompactRequest) -> CompactResult:
         with reported_with_attempt():
             answer = await self.endpoint.chat(
                 req.model,

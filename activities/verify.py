@@ -168,11 +168,14 @@ class VerifyActivities:
                 workspace = workspace_of(self._settings, req.run_id)
                 files = await asyncio.to_thread(snapshot, workspace)
                 evidence = f"{req.observations}\n\nFiles in the workspace:\n{files}"
-                return await self._model.judge(
-                    req.judge_model,
-                    req.goal,
-                    req.statement or f"The goal is met: {req.goal}",
-                    evidence.strip(),
+                return await self._model.recorded(
+                    req.run_id,
+                    self._model.judge(
+                        req.judge_model,
+                        req.goal,
+                        req.statement or f"The goal is met: {req.goal}",
+                        evidence.strip(),
+                    ),
                 )
 
     @activity.defn(name="verify.step")

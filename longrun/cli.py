@@ -123,6 +123,50 @@ def check_replay(
     _exit_without_teardown(1 if found.failures else 0)
 
 
+@app.command()
+def cassette(
+    run_id: Annotated[str, typer.Argument(help="the run whose calls to export")],
+    out: Annotated[Path | None, typer.Option(help="write here (default: standard output)")] = None,
+    profile: Annotated[
+        str, typer.Option(help="the stand-in profile of the server it was recorded on")
+    ] = "openai",
+) -> None:
+    """Export a run's model calls (recorded by a worker with LONGRUN_RECORD_MODEL_CALLS)
+    and tool calls as a cassette, which the stand-in plays back (`longrun standin
+    --cassette FILE`): a real model's answers in tests, without the server.
+
+    Example: longrun cassette run-1f2e... --profile llama-cpp --out tests/cassettes/primes.json
+    """
+    from activities.recording import cassette as export
+    from longrun.dev.standin import PROFILES
+    from longrun.temporal import connect
+
+    if profile not in PROFILES:
+        raise typer.BadParameter(f"one of {', '.join(PROFILES)}", param_hint="--profile")
+
+    async def collect() -> str:
+        settings = get_settings()
+        found = await export(await connect(settings), settings, run_id, profile)
+        if not found.entries:
+            raise LookupError(
+                f"run {run_id} has no recorded model calls: its worker records them with "
+                "LONGRUN_RECORD_MODEL_CALLS=true"
+            )
+        return found.model_dump_json(indent=1)
+
+    try:
+        text = asyncio.run(collect())
+    except LookupError as exc:
+        typer.echo(f"longrun cassette: {exc}", err=True)
+        _exit_without_teardown(1)
+    if out is None:
+        typer.echo(text)
+    else:
+        out.write_text(text + "\n")
+        typer.echo(f"wrote {out}")
+    _exit_without_teardown(0)
+
+
 deployment = typer.Typer(
     help="The workers' versions (a Temporal Worker Deployment): see them, choose the current."
     "\n\nExample: longrun deployment status",
@@ -201,8 +245,12 @@ def standin(
     scenario: Annotated[
         list[Path] | None, typer.Option(help="a JSON file of rules; repeat for several")
     ] = None,
+    cassette: Annotated[
+        Path | None, typer.Option(help="answer from a run's calls (`longrun cassette`)")
+    ] = None,
 ) -> None:
-    """Serve the offline model stand-in (an OpenAI-compatible server that plays scripts).
+    """Serve the offline model stand-in (an OpenAI-compatible server that plays scripts,
+    or a recorded run's calls).
 
     Example: longrun standin --port 8100 --scenario rules.json
     """
@@ -210,7 +258,8 @@ def standin(
 
     chosen = port or get_settings().dev_standin_port
     scenarios = [item for path in scenario or [] for item in ("--scenario", str(path))]
-    standin_server.main(["--port", str(chosen), *scenarios])
+    played = ["--cassette", str(cassette)] if cassette is not None else []
+    standin_server.main(["--port", str(chosen), *scenarios, *played])
 
 
 @app.command("hash-key")

@@ -126,6 +126,9 @@ class Settings(BaseSettings):
     # `routed` always does (activities/routing.py).
     tool_choice: Literal["auto", "native", "routed"] = Field("auto", alias="LONGRUN_TOOL_CHOICE")
     model_stream: bool = Field(True, alias="LONGRUN_MODEL_STREAM")
+    # Keep every model call a run makes (request and answer) as an artifact of the run,
+    # for `longrun cassette RUN_ID` (longrun/cassettes.py).
+    record_model_calls: bool = Field(False, alias="LONGRUN_RECORD_MODEL_CALLS")
     max_output_tokens: OutputTokens = Field(
         default_factory=OutputTokens, alias="LONGRUN_MAX_OUTPUT_TOKENS"
     )

@@ -50,6 +50,10 @@ class StandIn:
         """Behave as another kind of server until the next reset (see Profile)."""
         httpx.put(f"{self.url}/_standin/profile", json=profile).raise_for_status()
 
+    def play(self, cassette: dict[str, Any]) -> None:
+        """Answer from a recorded run's calls until the next reset (longrun/cassettes.py)."""
+        httpx.put(f"{self.url}/_standin/cassette", json=cassette).raise_for_status()
+
     def generating(self) -> int:
         """How many answers the stand-in is generating right now."""
         response = httpx.get(f"{self.url}/_standin/state")

@@ -37,6 +37,7 @@ class ModelResult(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     attempt: int = 1
+    recorded: str | None = None  # the artifact with its calls, when the worker records
 
 
 class ModelUsage(BaseModel):
@@ -76,6 +77,7 @@ class PlanAttempt(BaseModel):
     error: str | None = None
     usage: ModelUsage
     attempt: int = 1
+    recorded: str | None = None  # the artifact with its calls, when the worker records
 
 
 class ToolCallRequest(BaseModel):
@@ -110,6 +112,7 @@ class ActResult(BaseModel):
     usage: ModelUsage
     attempt: int = 1
     trimmed: list[str] = Field(default_factory=list, description="what the budget left out")
+    recorded: str | None = None  # the artifact with its calls, when the worker records
 
 
 class Verdict(BaseModel):
@@ -118,6 +121,7 @@ class Verdict(BaseModel):
     passed: bool
     evidence: str
     usage: ModelUsage | None = None
+    recorded: str | None = None  # the artifact with its calls, when the worker records
 
 
 class Note(BaseModel):
@@ -181,3 +185,4 @@ class CompactResult(BaseModel):
 
     summary: str
     usage: ModelUsage
+    recorded: str | None = None  # the artifact with its calls, when the worker records

@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import BaseModel, Field, TypeAdapter
 
 from longrun import prompts
+from longrun.cassettes import Cassette, key_of, nearest
 
 STANDIN_MODEL = "standin-1"
 
@@ -63,6 +64,9 @@ class Rule(BaseModel):
     delay_s: float = Field(0.0, ge=0, le=600)
     malformed: bool = False
     chunk_delay_s: float = Field(0.0, ge=0, le=60, description="between streamed chunks")
+    finish_reason: str | None = Field(
+        None, description="as recorded (else stop, tool_calls, or length past max_tokens)"
+    )
     die_after_chunks: int | None = Field(
         None, ge=0, description="streamed: drop the connection after this many chunks"
     )
@@ -232,18 +236,45 @@ class StandIn:
         self.calls: list[Call] = []
         self._base_profile = profile or Profile()
         self.profile = self._base_profile
+        self.cassette: Cassette | None = None
+        self._played: dict[str, int] = {}  # times each recorded request was answered
         self.generating = 0  # answers being generated now, streamed or not
         self._lock = threading.Lock()
         self.reset()
 
     def reset(self, seed: str = "0") -> None:
-        """Forget rules, calls and a profile set since; reseed the draws of rules with a
-        `probability`."""
+        """Forget rules, calls, a cassette and a profile set since; reseed the draws of rules
+        with a `probability`."""
         with self._lock:
             self.rules.clear()
             self.calls.clear()
             self.profile = self._base_profile
+            self.cassette = None
+            self._played.clear()
             self._random = random.Random(seed)  # seeded: fault injection repeats run to run
+
+    def play(self, cassette: Cassette) -> None:
+        """Answer from `cassette`, as the server it was recorded on (its profile)."""
+        with self._lock:
+            self.cassette = cassette
+            self._played.clear()
+            self.profile = PROFILES.get(cassette.profile, self._base_profile)
+
+    def _played_answer(self, body: dict[str, Any]) -> dict[str, Any] | str:
+        """The recorded answer to a request (the next one, when it was asked again), or
+        why there is none."""
+        assert self.cassette is not None
+        key = key_of(body)
+        found = [e for e in self.cassette.entries if e.key == key]
+        if not found:
+            return (
+                f"the cassette of run {self.cassette.run_id} has no answer for this request; "
+                + nearest(body, self.cassette.entries)
+            )
+        with self._lock:
+            n = self._played.get(key, 0)
+            self._played[key] = n + 1
+        return found[min(n, len(found) - 1)].response
 
     def _take_rule(self, text: str, role: Role) -> Rule | None:
         with self._lock:
@@ -299,7 +330,24 @@ class StandIn:
             if body.get("stream") and self.profile.silent_stream_errors:
                 return StreamingResponse(iter(()), media_type="text/event-stream")
             return JSONResponse({"error": {"message": why}}, status_code=status)
-        rule = self._take_rule(text, role) or Rule()
+        if self.cassette is not None:
+            played = self._played_answer(body)
+            if isinstance(played, str):
+                self._record(body, role, "not in the cassette", prompt_tokens)
+                # 412: no retry would find it, and no way of asking for JSON would either.
+                return JSONResponse({"error": {"message": played}}, status_code=412)
+            rule = Rule(
+                reply=played.get("content"),
+                tool_calls=[
+                    ScriptedToolCall(name=c["name"], arguments=c["arguments"])
+                    for c in played.get("tool_calls") or []
+                ],
+                finish_reason=played.get("finish_reason"),
+            )
+            if rule.reply is None and not rule.tool_calls:
+                rule.reply = ""
+        else:
+            rule = self._take_rule(text, role) or Rule()
         # Recorded on arrival: a caller that times out on a slow answer still made the call.
         if rule.malformed:
             outcome = "malformed"
@@ -328,7 +376,7 @@ class StandIn:
             )
         message = self._message(rule, text, role, body)
         content = message["content"] or ""
-        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        finish = rule.finish_reason or ("tool_calls" if message.get("tool_calls") else "stop")
         max_tokens = body.get("max_tokens")
         if isinstance(max_tokens, int) and tokens_of(content) > max_tokens:
             message["content"] = content = content[: max_tokens * 4]
@@ -527,12 +575,17 @@ def load_scenario(path: Path) -> list[Rule]:
     return TypeAdapter(list[Rule]).validate_json(path.read_bytes())
 
 
-def create_app(scenarios: list[Path] | None = None, profile: str = "openai") -> FastAPI:
-    """The stand-in as an ASGI app, with the rules of `scenarios` loaded."""
+def create_app(
+    scenarios: list[Path] | None = None, profile: str = "openai", cassette: Path | None = None
+) -> FastAPI:
+    """The stand-in as an ASGI app, with the rules of `scenarios` loaded, or answering
+    from a `cassette`."""
     app = FastAPI(title="longrun model stand-in", docs_url=None, redoc_url=None)
     state = StandIn(PROFILES[profile])
     for path in scenarios or []:
         state.rules.extend(load_scenario(path))
+    if cassette is not None:
+        state.play(Cassette.model_validate_json(cassette.read_bytes()))
     app.state.standin = state
 
     @app.post("/v1/chat/completions")
@@ -550,6 +603,12 @@ def create_app(scenarios: list[Path] | None = None, profile: str = "openai") -> 
     async def models() -> dict[str, Any]:
         """The one model the stand-in serves (it answers to any name)."""
         return {"object": "list", "data": [{"id": STANDIN_MODEL, "object": "model"}]}
+
+    @app.put("/_standin/cassette")
+    async def set_cassette(cassette: Cassette) -> dict[str, Any]:
+        """Answer from a recorded run's calls (until the next reset)."""
+        state.play(cassette)
+        return {"entries": len(cassette.entries), "profile": state.profile.name}
 
     @app.put("/_standin/profile")
     async def set_profile(profile: Profile) -> Profile:
@@ -592,8 +651,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--scenario", type=Path, action="append", help="a JSON file of rules")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="openai")
+    parser.add_argument("--cassette", type=Path, help="answer from a recorded run's calls")
     args = parser.parse_args(argv)
-    app = create_app(args.scenario, args.profile)
+    app = create_app(args.scenario, args.profile, args.cassette)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

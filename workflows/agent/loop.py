@@ -149,6 +149,17 @@ class AgentLoop:
             item.attempts = 0
             item.status = "running"
 
+    def _planning_time(self) -> float | None:
+        """What a plan call may take: the run's time left, and with the watchdog no more
+        than planning's share of the time budget (so one answer cannot eat it)."""
+        ledger = self._parts.ledger
+        left = ledger.time_budget_left()
+        budget = ledger.budget.max_duration_s
+        if left is None or budget is None or self._watch is None:
+            return left
+        share = self._spec.watchdog.phase_share * budget
+        return max(0.0, min(left, share - self._watch.phase_seconds(self.state.phase)))
+
     def _entering(self, phase: Phase) -> None:
         """The loop moves from its phase to `phase`."""
         if self._watch is not None:
@@ -206,7 +217,7 @@ class AgentLoop:
                     context=context,
                     previous_error=error,
                     max_steps=max(1, self._spec.max_steps - self.state.turns),
-                    time_left_s=self._parts.ledger.time_budget_left(),
+                    time_left_s=self._planning_time(),
                 ),
                 summary="plan" if context is None else f"replan {self.state.replans}",
             )
