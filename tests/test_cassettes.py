@@ -6,6 +6,7 @@ real server in tests/cassettes/."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +31,24 @@ OUT_ACCEPTANCE = [
 
 
 async def _run(
-    client: Client, settings: Settings, wait_run: Poll, body: dict[str, Any]
+    client: Client,
+    settings: Settings,
+    wait_run: Poll,
+    body: dict[str, Any],
+    until: Callable[[dict[str, Any]], bool] | None = None,
 ) -> dict[str, Any]:
+    """Submit `body` to a worker and an API of `settings`; the run when it has ended (or
+    is as `until` says), then cancelled if it has not."""
     transport = httpx.ASGITransport(app=create_app(settings))
     async with (
         serving(client, settings),
         httpx.AsyncClient(transport=transport, base_url="http://localhost") as api,
     ):
         run_id = await start(api, **body)
-        return await wait_run(run_id, http=api)
+        run = await wait_run(run_id, until, http=api) if until else await wait_run(run_id, http=api)
+        if run["status"] not in ("completed", "failed", "cancelled"):
+            await api.post(f"/v1/runs/{run_id}/cancel")
+        return run
 
 
 async def test_a_recorded_run_plays_back_and_a_changed_prompt_names_the_nearest(
@@ -100,3 +110,44 @@ def test_requests_are_keyed_by_what_they_ask_not_how() -> None:
 def test_the_recorded_cassettes_are_valid() -> None:
     for path in sorted(CASSETTES.glob("*.json")):
         Cassette.model_validate_json(path.read_bytes())
+
+
+# What each cassette in tests/cassettes/ was recorded from, to submit again.
+RECORDED = {
+    "qwen-write-ok.json": {
+        "goal": "Write the word ok into the file out.txt",
+        "acceptance": OUT_ACCEPTANCE,
+        "tools": ["write_file", "read_file"],
+        "max_steps": 8,
+    },
+}
+
+
+async def test_a_run_recorded_on_a_real_server_plays_back_the_same(
+    client: Client, settings: Settings, standin: StandIn, wait_run: Poll
+) -> None:
+    """Recorded from Qwen2.5-Coder-0.5B-Instruct on llama-cpp-python's server (a worker
+    with LONGRUN_RECORD_MODEL_CALLS=true, then `longrun cassette RUN_ID --profile
+    llama-cpp`): its first tool call came as text, so its calls were routed; it then wrote
+    out.txt three times over without saying it was done, and the watchdog held the run.
+    Played back, longrun does exactly that again."""
+    recorded = Cassette.model_validate_json((CASSETTES / "qwen-write-ok.json").read_bytes())
+    standin.play(json.loads(recorded.model_dump_json()))
+    run = await _run(
+        client,
+        settings,
+        wait_run,
+        RECORDED["qwen-write-ok.json"],
+        lambda r: r["status"] != "running",
+    )
+    assert (run["status"], run["pause_reason"]) == ("paused", "stalled"), run
+    assert "write_file" in run["pause_detail"] and "3 times" in run["pause_detail"]
+    # As on the real server, json_schema is refused (the profile), then every call is
+    # answered from the cassette.
+    calls = [c for c in standin.calls() if "refused" not in c["outcome"]]
+    assert [c["outcome"] for c in calls] == ["ok"] * len(recorded.entries)
+    acts = [c for c in calls if c["role"] == "act"]
+    assert [bool(c["tools"]) for c in acts] == [True, False, False, False]
+    assert [s["id"] for s in run["steps"]] == [
+        t.activity_id.split(":")[0][5:] for t in recorded.tools
+    ]
