@@ -113,13 +113,14 @@ def test_the_recorded_cassettes_are_valid() -> None:
 
 
 # What each cassette in tests/cassettes/ was recorded from, to submit again.
+WRITE_OK = {
+    "goal": "Write the word ok into the file out.txt",
+    "acceptance": OUT_ACCEPTANCE,
+    "tools": ["write_file", "read_file"],
+}
 RECORDED = {
-    "qwen-write-ok.json": {
-        "goal": "Write the word ok into the file out.txt",
-        "acceptance": OUT_ACCEPTANCE,
-        "tools": ["write_file", "read_file"],
-        "max_steps": 8,
-    },
+    "qwen-write-ok.json": {**WRITE_OK, "max_steps": 8},
+    "smollm2-write-ok.json": {**WRITE_OK, "max_steps": 6},
 }
 
 
@@ -151,3 +152,20 @@ async def test_a_run_recorded_on_a_real_server_plays_back_the_same(
     assert [s["id"] for s in run["steps"]] == [
         t.activity_id.split(":")[0][5:] for t in recorded.tools
     ]
+
+
+async def test_a_planner_that_rambles_on_a_real_server_is_asked_for_less_then_fails_clearly(
+    client: Client, settings: Settings, standin: StandIn, wait_run: Poll
+) -> None:
+    """Recorded from SmolLM2-135M-Instruct on llama-cpp-python's server: its plans were
+    invalid, one cut off at its `max_tokens`; the next ask was for fewer steps, and after
+    three attempts the run failed saying why."""
+    recorded = Cassette.model_validate_json((CASSETTES / "smollm2-write-ok.json").read_bytes())
+    standin.play(json.loads(recorded.model_dump_json()))
+    run = await _run(client, settings, wait_run, RECORDED["smollm2-write-ok.json"])
+    assert run["status"] == "failed", run
+    assert run["error"].startswith("the planner gave no valid plan in 3 attempts"), run
+    plans = [c for c in standin.calls(role="plan") if "refused" not in c["outcome"]]
+    assert [c["outcome"] for c in plans] == ["ok"] * 3
+    asked_again = [" ".join(str(m["content"]) for m in c["messages"]) for c in plans[1:]]
+    assert any("cut off after" in text and "fewer steps" in text for text in asked_again)
