@@ -154,12 +154,12 @@ async def test_a_run_recorded_on_a_real_server_plays_back_the_same(
     ]
 
 
-async def test_a_planner_that_rambles_on_a_real_server_is_asked_for_less_then_fails_clearly(
+async def test_a_planner_that_rambles_on_a_real_server_fails_saying_why(
     client: Client, settings: Settings, standin: StandIn, wait_run: Poll
 ) -> None:
-    """Recorded from SmolLM2-135M-Instruct on llama-cpp-python's server: its plans were
-    invalid, one cut off at its `max_tokens`; the next ask was for fewer steps, and after
-    three attempts the run failed saying why."""
+    """Recorded from SmolLM2-135M-Instruct on llama-cpp-python's server: each plan was
+    invalid, asked again with the reason, the last cut off at its `max_tokens`; after three
+    attempts the run failed saying why, and what to ask for instead."""
     recorded = Cassette.model_validate_json((CASSETTES / "smollm2-write-ok.json").read_bytes())
     standin.play(json.loads(recorded.model_dump_json()))
     run = await _run(client, settings, wait_run, RECORDED["smollm2-write-ok.json"])
@@ -168,4 +168,5 @@ async def test_a_planner_that_rambles_on_a_real_server_is_asked_for_less_then_fa
     plans = [c for c in standin.calls(role="plan") if "refused" not in c["outcome"]]
     assert [c["outcome"] for c in plans] == ["ok"] * 3
     asked_again = [" ".join(str(m["content"]) for m in c["messages"]) for c in plans[1:]]
-    assert any("cut off after" in text and "fewer steps" in text for text in asked_again)
+    assert all("Your previous answer was not a valid plan" in text for text in asked_again)
+    assert "cut off after" in run["error"] and "plan fewer steps (at most" in run["error"]
