@@ -87,11 +87,10 @@ def calls_badly(
     content: str | None, calls: list[ToolCallRequest], tools: list[dict[str, Any]]
 ) -> str | None:
     """Why an answer to "auto" tool choice shows the model cannot call tools that way (a
-    call written as text, or to a tool it was not offered), or None."""
+    call written as text), or None. A call to a tool it was not offered is not that: the
+    run refuses it and tells the model why (a policy at work, or a page that tricked it),
+    and the watchdog counts such answers."""
     offered = {t["function"]["name"] for t in tools if "function" in t}
-    wrong = [c.name for c in calls if c.name not in offered]
-    if wrong:
-        return f"it called tools it was not offered: {', '.join(wrong)}"
     if not calls and content:
         written = _loaded(content.strip().removeprefix("```json").strip("`").strip())
         if isinstance(written, dict) and (

@@ -68,8 +68,9 @@ def test_what_counts_as_calling_tools_badly() -> None:
     call = ToolCallRequest(id="c", name="write_file", arguments="{}")
     assert routing.calls_badly(None, [call], TOOLS) is None
     assert routing.calls_badly("All done: the file is written.", [], TOOLS) is None
-    stray = ToolCallRequest(id="c", name="writeFile", arguments="{}")
-    assert "not offered: writeFile" in str(routing.calls_badly(None, [stray], TOOLS))
+    # A tool it was not offered is refused by the run and explained, not routed.
+    stray = ToolCallRequest(id="c", name="shell", arguments="{}")
+    assert routing.calls_badly(None, [stray], TOOLS) is None
     as_text = json.dumps({"name": "write_file", "arguments": {"path": "a"}})
     assert routing.calls_badly(as_text, [], TOOLS) == "it wrote a tool call as text"
     fenced = f"```json\n{as_text}\n```"

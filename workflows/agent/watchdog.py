@@ -7,6 +7,7 @@ budget) and holds the run, `pause_reason: stalled`, with what it saw. A person d
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from collections.abc import Callable
@@ -182,11 +183,13 @@ class StallGate:
             before, item.status = item.status, "waiting_approval"
         try:
             record = await p.approvals.decision(ask, self._limits.decide_within_s, "fail")
-        finally:
+        except asyncio.CancelledError:  # the run is cancelled: it holds no more
             p.ledger.stalled = None
-            if item is not None:
-                item.status = before
-            p.refresh()
+            raise
+        p.ledger.stalled = None
+        if item is not None:
+            item.status = before
+        p.refresh()
         if record.decision == "reject":
             if record.decided_by == TIMEOUT_ACTOR:
                 raise StepFailed(
