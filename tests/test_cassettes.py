@@ -19,15 +19,10 @@ from longrun.cassettes import Cassette, key_of
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn
 from tests.test_agent import act, plan, start
+from tests.test_watchdog import OUTPUT_ACCEPTANCE
 from worker import serving
 
 CASSETTES = Path(__file__).parent / "cassettes"
-OUT_ACCEPTANCE = [
-    {
-        "id": "out",
-        "check": {"tool": "read_file", "args": {"path": "out.txt"}, "expect": {"contains": "ok"}},
-    }
-]
 
 
 async def _run(
@@ -64,7 +59,7 @@ async def test_a_recorded_run_plays_back_and_a_changed_prompt_names_the_nearest(
     )
     body = {
         "goal": f"{marker}: write ok into out.txt",
-        "acceptance": OUT_ACCEPTANCE,
+        "acceptance": OUTPUT_ACCEPTANCE,
         "tools": ["write_file"],
     }
     recording = settings.model_copy(update={"record_model_calls": True})
@@ -115,7 +110,7 @@ def test_the_recorded_cassettes_are_valid() -> None:
 # What each cassette in tests/cassettes/ was recorded from, to submit again.
 WRITE_OK = {
     "goal": "Write the word ok into the file out.txt",
-    "acceptance": OUT_ACCEPTANCE,
+    "acceptance": OUTPUT_ACCEPTANCE,
     "tools": ["write_file", "read_file"],
 }
 RECORDED = {

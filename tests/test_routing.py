@@ -16,6 +16,7 @@ from longrun.contracts import ToolCallRequest
 from longrun.dev.standin import PROFILES
 from tests.helpers import Poll, StandIn
 from tests.test_agent import act, plan, start
+from tests.test_watchdog import OUTPUT_ACCEPTANCE
 
 TOOLS = [
     {"type": "function", "function": {"name": "write_file", "parameters": {"type": "object"}}},
@@ -40,16 +41,7 @@ async def test_a_model_that_writes_tool_calls_as_text_gets_them_routed(
     run_id = await start(
         api,
         goal=f"{marker}: write ok into out.txt",
-        acceptance=[
-            {
-                "id": "out",
-                "check": {
-                    "tool": "read_file",
-                    "args": {"path": "out.txt"},
-                    "expect": {"contains": "ok"},
-                },
-            }
-        ],
+        acceptance=OUTPUT_ACCEPTANCE,
         tools=["write_file"],
     )
     run = await wait_run(run_id)

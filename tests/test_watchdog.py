@@ -177,6 +177,32 @@ async def test_a_person_who_rejects_going_on_fails_the_stalled_run(
     )
 
 
+async def test_turns_without_a_verified_step_hold_the_run(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    marker = "agent-wanders"
+    standin.scenario(
+        [
+            {"match": marker, "role": "plan", "json": plan(("find", "find the answer"))},
+            *(act(marker, ("read_file", {"path": f"{n}.txt"})) for n in range(5)),
+        ]
+    )
+    run_id = await start(
+        api,
+        goal=f"{marker}: write ok into out.txt",
+        acceptance=OUTPUT_ACCEPTANCE,
+        tools=["read_file"],
+        watchdog={"turns_without_progress": 2},
+    )
+    run = await wait_run(run_id, _paused)
+    assert run["pause_reason"] == "stalled", run
+    assert run["pause_detail"] == "2 model turns without a verified step (now on 'find')"
+    [held] = run["pending_approvals"]
+    assert held["arguments"] == {"kind": "no_progress", "turns": 2, "on": "find"}
+    assert len(standin.calls(marker, role="act")) == 2
+    await api.post(f"/v1/runs/{run_id}/cancel")
+
+
 async def test_watchdog_settings_are_for_goal_only_runs_and_checked(
     api: httpx.AsyncClient,
 ) -> None:

@@ -72,7 +72,7 @@ class Actor:
         self._names = {briefs.function_name(t.name): t.name for t in tools}
         # The progress watchdog, for runs that have it (set by the loop).
         self.watch: ProgressWatch | None = None
-        self._gate = StallGate(parts, spec.watchdog, state)
+        self._gate = StallGate(parts, spec.watchdog)
 
     async def act(self, item: PlanItem, feedback: str | None) -> bool:
         """Work on one step until the model says it is done; True if `finish` was proven."""
@@ -108,7 +108,7 @@ class Actor:
                 )
             if self.watch is not None:
                 self.watch.note_turn()
-            if await self.held(item):  # the step starts afresh with a person's guidance
+            if await self.held(item) is not None:  # the step starts afresh, guided
                 brief, messages = self._brief(item, feedback), []
             state.turns += 1
             result: ActResult = await self._parts.calls.checked(
@@ -142,21 +142,21 @@ class Actor:
                 else:
                     reply = await self._call_tool(item, call)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": reply})
-                if await self.held(item):  # the rest of the answer is dropped with the turns
+                if await self.held(item) is not None:  # the rest of the answer is dropped
                     brief, messages = self._brief(item, feedback), []
                     break
             context.bounded_turns(messages, TURNS_MAX_BYTES)
         item.summary = f"stopped after {self._spec.max_turns_per_step} turns without a summary"
         return False
 
-    async def held(self, item: PlanItem | None) -> bool:
-        """If the watchdog saw the run stall, hold it for a person; True once they gave
-        guidance to go on with (a rejection fails the run)."""
+    async def held(self, item: PlanItem | None) -> str | None:
+        """If the watchdog saw the run stall, hold it for a person: the guidance they gave
+        to go on with (a rejection fails the run); None if it did not stall."""
         if self.watch is None or self.watch.stall is None:
-            return False
-        await self._gate.hold(self.watch.stall, item)
+            return None
+        guidance = await self._gate.hold(self.watch.stall, item)
         self.watch.forgive()
-        return True
+        return guidance
 
     def _brief(self, item: PlanItem, feedback: str | None) -> Brief:
         inp = self._parts.inp

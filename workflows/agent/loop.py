@@ -224,7 +224,10 @@ class AgentLoop:
             self._parts.ledger.count(attempt.usage)
             if self._watch is not None:
                 self._watch.note_time()
-                await self._actor.held(None)
+                guidance = await self._actor.held(None)
+                if guidance is not None:  # the next attempt hears it
+                    context = f"{context}\n\n" if context else ""
+                    context += f"Guidance from a person: {guidance}"
             error = attempt.error or briefs.duplicate_ids(attempt.plan)
             if error is None and attempt.plan is not None:
                 ids = ", ".join(s.id for s in attempt.plan.steps)

@@ -117,7 +117,7 @@ class ProgressWatch:
         if turns >= self._limits.turns_without_progress:
             self.stall = Stall(
                 f"{turns} model turns without a verified step (now on '{self._step_id()}')",
-                {"kind": "no_progress", "turns": turns, "step": self._step_id()},
+                {"kind": "no_progress", "turns": turns, "on": self._step_id()},
             )
         else:
             self.note_time()
@@ -160,10 +160,9 @@ class StallGate:
     """Holds a stalled run for a person: pause reason and evidence, an event (and so a
     webhook), an approval in the inbox. Returns the guidance given, or fails the run."""
 
-    def __init__(self, parts: RunParts, limits: Watchdog, state: AgentState) -> None:
+    def __init__(self, parts: RunParts, limits: Watchdog) -> None:
         self._parts = parts
         self._limits = limits
-        self._state = state
 
     async def hold(self, stall: Stall, item: PlanItem | None) -> str:
         """Wait for a person's decision on the stall; the guidance to go on with."""
@@ -171,7 +170,9 @@ class StallGate:
         step_id = item.id if item is not None else "plan"
         p.ledger.stalled = stall.why
         p.audit.record(DECIDER, "paused", f"stalled: {stall.why}", event=False)
-        p.events.emit("run.paused", step_id, reason="stalled", detail=stall.why, **stall.evidence)
+        p.events.emit(
+            "run.paused", step_id, reason="stalled", detail=stall.why, evidence=stall.evidence
+        )
         ask = p.approvals.ask(
             step_id,
             f"Stalled: {stall.why}. Approve with guidance in the comment to go on, or reject "
