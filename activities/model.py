@@ -328,14 +328,14 @@ def allowance(time_left_s: float | None) -> float | None:
 
 
 def _cut_short(text: str, tokens: int, req: PlanRequest) -> str:
-    """Why a plan cut off at `tokens` (the most the call could write in its time) is asked
-    again: for fewer steps than it had begun."""
+    """Why a plan cut off at `tokens` (the most the call could write, for its steps or in
+    its time) is asked again: for fewer steps than it had begun."""
     cap = req.max_steps or 10
     begun = text.count('"intent"')
     fewer = max(1, (min(begun, cap) if begun else cap) // 2)
     return (
-        f"the answer was cut off after {tokens} tokens, all this call could write in its "
-        f"time: plan fewer steps (at most {fewer}), with short intents and evidence"
+        f"the answer was cut off after {tokens} tokens, the most this call could write: "
+        f"plan fewer steps (at most {fewer}), with short intents and evidence"
     )
 
 

@@ -421,9 +421,8 @@ class StandIn:
         forced = _forced_tool(body)
         value = rule.json_reply
         reply = rule.reply
-        if self.cassette is not None:
-            pass  # a recorded answer goes back as it came
-        elif role == "act" and routed(body):
+        adapted = self.cassette is None  # a recorded answer goes back as it came
+        if adapted and role == "act" and routed(body):
             # The scripted call (or summary) as the one action asked for.
             if calls:
                 value = {"tool": calls[0].name, "arguments": _arguments(calls[0])}
@@ -431,7 +430,7 @@ class StandIn:
                 said = reply if reply is not None else "[stand-in model] the step is done"
                 value = {"tool": "done", "summary": said}
             calls, reply = [], None
-        elif calls and forced is None and self.profile.tool_calls_as_text:
+        elif adapted and calls and forced is None and self.profile.tool_calls_as_text:
             reply = json.dumps({"name": calls[0].name, "arguments": _arguments(calls[0])})
             calls = []
         if reply is None and value is None and not calls:
