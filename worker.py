@@ -30,6 +30,7 @@ from longrun.temporal import (
     connect_patiently,
     described,
     ensure_search_attributes,
+    exit_without_teardown,
     metrics_runtime,
 )
 from longrun.versions import VERSION_KEY, build_id, deployment_config, promote
@@ -222,6 +223,7 @@ def main() -> None:
     settings = get_settings()
     configure_tracing("longrun-worker", settings)
     asyncio.run(run_worker(settings))
+    exit_without_teardown(0)  # stopped as asked; the SDK may crash a normal exit
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ API (longrun.commands)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import sys
 from pathlib import Path
@@ -82,12 +81,10 @@ def worker() -> None:
 
 
 def _exit_without_teardown(code: int) -> None:
-    """Exit a command that used a Temporal client: the client's Rust threads can abort the
-    interpreter's teardown ("PyGILState_Release ... finalizing", temporalio/sdk-python#300),
-    so output is flushed and the teardown skipped."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    """Exit a command that used a Temporal client (see longrun.temporal)."""
+    from longrun.temporal import exit_without_teardown
+
+    exit_without_teardown(code)
 
 
 @app.command("check-replay")

@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
+import sys
+from typing import NoReturn
 
+from opentelemetry import trace
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.failure.v1 import Failure
 from temporalio.api.operatorservice.v1 import (
@@ -143,3 +147,17 @@ async def described(client: Client, workflow_id: str) -> WorkflowExecutionDescri
         if exc.status == RPCStatusCode.NOT_FOUND:
             return None
         raise
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """Exit a process that used a Temporal client or worker. The SDK's Rust threads can
+    crash the interpreter's teardown ("PyGILState_Release ... finalizing", or a segfault:
+    temporalio/sdk-python#300), so what must not be lost is flushed (spans, logs, output)
+    and the teardown skipped."""
+    shutdown = getattr(trace.get_tracer_provider(), "shutdown", None)
+    if callable(shutdown):
+        shutdown()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
