@@ -56,7 +56,7 @@ async def cassette(client: Client, settings: Settings, run_id: str, profile: str
     segments = [w async for w in client.list_workflows(f"WorkflowId = '{run_id}'")]
     entries: list[Entry] = []
     tools: list[ToolCall] = []
-    models: list[str] = []
+    model: str | None = None  # the first call's
     for segment in sorted(segments, key=lambda w: w.start_time):
         history = await client.get_workflow_handle(run_id, run_id=segment.run_id).fetch_history()
         scheduled: dict[int, tuple[str, str, Any]] = {}
@@ -71,12 +71,14 @@ async def cassette(client: Client, settings: Settings, run_id: str, profile: str
             elif event.HasField("activity_task_completed_event_attributes"):
                 done = event.activity_task_completed_event_attributes
                 kind, activity_id, given = scheduled[done.scheduled_event_id]
-                [result] = await client.data_converter.decode(done.result.payloads)
+                # An activity that returns nothing may complete without a payload.
+                decoded = await client.data_converter.decode(done.result.payloads)
+                result = decoded[0] if decoded else None
                 if isinstance(result, dict) and result.get("recorded"):
                     raw = await asyncio.to_thread(store.get, run_id, result["recorded"])
                     for found in json.loads(raw):
                         exchange = Exchange.model_validate(found)
-                        models.append(str(exchange.request.get("model")))
+                        model = model or str(exchange.request.get("model"))
                         entries.append(entry_of(exchange, kind))
                 elif kind.startswith(TOOL_PREFIX):
                     [args] = await client.data_converter.decode(given)
@@ -90,7 +92,7 @@ async def cassette(client: Client, settings: Settings, run_id: str, profile: str
                     )
     return Cassette(
         run_id=run_id,
-        model=models[0] if models else None,
+        model=model,
         profile=profile,
         entries=entries,
         tools=tools,

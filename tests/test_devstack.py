@@ -107,11 +107,7 @@ def test_dev_stack_runs_a_plan_and_stops_on_one_interrupt(tmp_path: Path) -> Non
                 if httpx.get(f"{api}/readyz").status_code == 200:
                     break
             time.sleep(0.1)
-        again = httpx.post(
-            f"{api}/v1/runs",
-            json={"goal": "g", "plan": {"steps": [{"id": "e", "tool": "echo"}]}},
-        ).json()
-        run = _ended(api, again["run_id"])
+        run = _echo_run(api)
         assert run["status"] == "completed", run
         assert run["version"] == "dev"
         assert "worker:      version dev of deployment longrun" in banner
@@ -132,11 +128,7 @@ def test_dev_stack_runs_a_plan_and_stops_on_one_interrupt(tmp_path: Path) -> Non
                     break
                 assert beside.poll() is None, (tmp_path / "beside.out").read_text()
                 time.sleep(0.1)
-            moved = httpx.post(
-                f"{api}/v1/runs",
-                json={"goal": "g", "plan": {"steps": [{"id": "e", "tool": "echo"}]}},
-            ).json()
-            run = _ended(api, moved["run_id"])
+            run = _echo_run(api)
             assert run["status"] == "completed" and run["version"] == "v2", run
             versions = {v["build_id"]: v for v in httpx.get(f"{api}/readyz").json()["versions"]}
             assert versions["v2"]["status"] == "current" and versions["v2"]["workers"] >= 1
@@ -210,6 +202,15 @@ def _child_of(parent: int, marker: bytes) -> int:
         if ppid == parent and marker in cmdline:
             return int(entry.name)
     raise AssertionError(f"no child of {parent} runs {marker!r}")
+
+
+def _echo_run(api: str) -> dict[str, Any]:
+    """A one-step plan run through the stack, once it has completed."""
+    created = httpx.post(
+        f"{api}/v1/runs",
+        json={"goal": "g", "plan": {"steps": [{"id": "e", "tool": "echo"}]}},
+    ).json()
+    return _ended(api, created["run_id"])
 
 
 def _ended(api: str, run_id: str) -> dict[str, Any]:
