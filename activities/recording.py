@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -16,9 +16,11 @@ from temporalio.client import Client
 
 from activities.artifacts import ArtifactStore, store_for
 from longrun.cassettes import Cassette, Entry, Exchange, ToolCall, entry_of
+from longrun.contracts import RecordedCall
 from longrun.settings import Settings
 
 TOOL_PREFIX = "tool."  # of the tool activities' names
+UNDO_SUFFIX = "-undo"  # of the step id an undo call runs under (workflows/undo.py)
 # The exchanges of the activity running in this task, if it records.
 _COLLECTED: ContextVar[list[Exchange] | None] = ContextVar("longrun_exchanges", default=None)
 
@@ -53,10 +55,54 @@ async def cassette(client: Client, settings: Settings, run_id: str, profile: str
     """The run's recorded model calls and its tool calls, in the order it made them, from
     its history (every segment) and its artifacts."""
     store = store_for(settings)
-    segments = [w async for w in client.list_workflows(f"WorkflowId = '{run_id}'")]
     entries: list[Entry] = []
     tools: list[ToolCall] = []
     model: str | None = None  # the first call's
+    async for kind, activity_id, given, result in completed_activities(client, run_id):
+        if isinstance(result, dict) and result.get("recorded"):
+            raw = await asyncio.to_thread(store.get, run_id, result["recorded"])
+            for found in json.loads(raw):
+                exchange = Exchange.model_validate(found)
+                model = model or str(exchange.request.get("model"))
+                entries.append(entry_of(exchange, kind))
+        elif kind.startswith(TOOL_PREFIX):
+            tools.append(
+                ToolCall(
+                    activity_id=activity_id,
+                    tool=kind.removeprefix(TOOL_PREFIX),
+                    args=given,
+                    output=result,
+                )
+            )
+    return Cassette(run_id=run_id, model=model, profile=profile, entries=entries, tools=tools)
+
+
+async def recorded_calls(client: Client, run_id: str) -> list[RecordedCall]:
+    """The tool calls the run made in its own steps (not undo calls), with their outputs,
+    oldest first: what a counterfactual fork of it answers from."""
+    calls = []
+    async for kind, _, given, result in completed_activities(client, run_id):
+        if not kind.startswith(TOOL_PREFIX) or not isinstance(given, dict):
+            continue
+        if given.get("run_id") != run_id or str(given.get("step_id")).endswith(UNDO_SUFFIX):
+            continue
+        if isinstance(result, dict) and isinstance(result.get("output"), dict):
+            calls.append(
+                RecordedCall(
+                    tool=kind.removeprefix(TOOL_PREFIX),
+                    args=given.get("args") or {},
+                    output=result["output"],
+                )
+            )
+    return calls
+
+
+async def completed_activities(
+    client: Client, run_id: str
+) -> AsyncIterator[tuple[str, str, Any, Any]]:
+    """Each activity the run completed, in every segment of its history, oldest first: its
+    type, id, input and result (decoded: plain JSON values)."""
+    segments = [w async for w in client.list_workflows(f"WorkflowId = '{run_id}'")]
     for segment in sorted(segments, key=lambda w: w.start_time):
         history = await client.get_workflow_handle(run_id, run_id=segment.run_id).fetch_history()
         scheduled: dict[int, tuple[str, str, Any]] = {}
@@ -70,30 +116,13 @@ async def cassette(client: Client, settings: Settings, run_id: str, profile: str
                 )
             elif event.HasField("activity_task_completed_event_attributes"):
                 done = event.activity_task_completed_event_attributes
-                kind, activity_id, given = scheduled[done.scheduled_event_id]
+                kind, activity_id, payloads = scheduled[done.scheduled_event_id]
+                given = await client.data_converter.decode(payloads)
                 # An activity that returns nothing may complete without a payload.
                 decoded = await client.data_converter.decode(done.result.payloads)
-                result = decoded[0] if decoded else None
-                if isinstance(result, dict) and result.get("recorded"):
-                    raw = await asyncio.to_thread(store.get, run_id, result["recorded"])
-                    for found in json.loads(raw):
-                        exchange = Exchange.model_validate(found)
-                        model = model or str(exchange.request.get("model"))
-                        entries.append(entry_of(exchange, kind))
-                elif kind.startswith(TOOL_PREFIX):
-                    [args] = await client.data_converter.decode(given)
-                    tools.append(
-                        ToolCall(
-                            activity_id=activity_id,
-                            tool=kind.removeprefix(TOOL_PREFIX),
-                            args=args,
-                            output=result,
-                        )
-                    )
-    return Cassette(
-        run_id=run_id,
-        model=model,
-        profile=profile,
-        entries=entries,
-        tools=tools,
-    )
+                yield (
+                    kind,
+                    activity_id,
+                    given[0] if given else None,
+                    decoded[0] if decoded else None,
+                )

@@ -1,7 +1,7 @@
 """The `longrun` commands that talk to a running API: submit, status, watch, list,
-approvals, approve, reject, pause, resume, cancel, tools and metrics. Every one takes `--json`,
-`--api-url` (LONGRUN_API_URL) and `--api-key` (LONGRUN_API_KEY), and exits with a code
-scripts can rely on (see longrun.client)."""
+approvals, approve, reject, pause, resume, cancel, tools, metrics and compare. Every one
+takes `--json`, `--api-url` (LONGRUN_API_URL) and `--api-key` (LONGRUN_API_KEY), and exits
+with a code scripts can rely on (see longrun.client)."""
 
 from __future__ import annotations
 
@@ -359,6 +359,49 @@ def metrics(
     out.print(table)
 
 
+def compare(
+    run_a: RunId,
+    run_b: RunId,
+    json_out: Json = False,
+    api_url: ApiUrl = DEFAULT_API_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Two runs side by side (a run and its fork, say): outcome, steps, tool and model
+    calls, tokens, cost and time.
+
+    Example: longrun compare run-0123… run-4567…
+    """
+    with _api(api_url, api_key) as api:
+        found = [compared(api.get(f"/v1/runs/{run_id}")) for run_id in (run_a, run_b)]
+    if json_out:
+        _print_json({"runs": found})
+        return
+    table = Table("", run_a, run_b)
+    for name in found[0]:
+        if name != "run_id":
+            table.add_row(name.replace("_", " "), *(str(run[name]) for run in found))
+    out.print(table)
+
+
+def compared(run: dict[str, Any]) -> dict[str, Any]:
+    """What `compare` shows of a run's status."""
+    steps = run["steps"]
+    usage = run["usage"]
+    counts = {s: sum(step["status"] == s for step in steps) for s in ("completed", "failed")}
+    return {
+        "run_id": run["run_id"],
+        "status": run["status"],
+        "error": run["error"] or "",
+        "steps": f"{len(steps)}: {counts['completed']} completed, {counts['failed']} failed",
+        "tool_calls": usage["tool_calls"],
+        "replayed_calls": run["figures"]["replayed_calls"],
+        "model_calls": usage["model_calls"],
+        "tokens": f"{usage['input_tokens']} in, {usage['output_tokens']} out",
+        "cost_usd": round(usage["cost_usd"], 6),
+        "duration_s": round(usage["duration_s"], 1),
+    }
+
+
 def _share(value: float | None) -> str:
     return "none" if value is None else f"{value:.0%}"
 
@@ -394,4 +437,5 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "cancel": cancel,
     "tools": tools,
     "metrics": metrics,
+    "compare": compare,
 }

@@ -25,6 +25,7 @@ from workflows.common import (
     retry_policy,
 )
 from workflows.ledger import CallKind, Ledger
+from workflows.replay import Replay
 
 # Model calls heartbeat as they stream, so a dead worker costs this long, not the call's
 # whole timeout; and they retry transient failures for a window of time rather than a
@@ -71,9 +72,16 @@ class Calls:
     """Activities of one run; calls that use the budget pass the ledger's checkpoint."""
 
     def __init__(
-        self, run_id: str, ledger: Ledger, model_retry_window: timedelta, grant: SecretGrant
+        self,
+        run_id: str,
+        ledger: Ledger,
+        model_retry_window: timedelta,
+        grant: SecretGrant,
+        replay: Replay,
     ) -> None:
         self.run_id = run_id
+        # A counterfactual fork's recorded calls, answered instead of run.
+        self.replay = replay
         # Every tool call and check carries it: the activity checks a secret against it.
         self.grant = grant
         # Whether a tool call of this run completed in its workspace (carried on).
@@ -101,7 +109,12 @@ class Calls:
         run_id: str | None = None,
     ) -> ToolResult:
         """Run `tool.<name>` for a step (after the checkpoint); raises ActivityError when it
-        fails for good. With `run_id`, in that (child) run's workspace: an undo of its call."""
+        fails for good. With `run_id`, in that (child) run's workspace: an undo of its call.
+        A call the run replays is answered from its recording instead (`replayed`)."""
+        if run_id is None:
+            replayed = self.replay.answer(step_id, tool, args)
+            if replayed is not None:
+                return replayed
         args = await self._bounded(args)
         run_id = run_id or self.run_id
         call = ToolCall(

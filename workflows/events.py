@@ -112,6 +112,8 @@ def _count(figures: RunFigures, event: RunEvent) -> None:
         figures.failed_verifications += not data.get("passed")
     elif event.type == "acceptance.failed":
         figures.premature_completions += 1
+    elif event.type == "audit" and data.get("action") == "replayed":
+        figures.replayed_calls += 1
 
 
 def _cut(value: Any) -> Any:

@@ -90,12 +90,13 @@ class ForEach:
             raise StepFailed(str(exc)) from None
         tool = self._each.tool
         policy = p.inp.config.policy
-        binding = policy.binding_approval(tool, args, urls_whole=policy_urls_whole())
-        if binding is None and p.tools[tool].exposes_secrets:
-            binding = secret_approval(policy, tool, args)
-        if binding:  # one approval covers the step's items as submitted, not this one
-            raise StepFailed(f"not as an item of a for_each: {binding}; make it a step")
-        await p.ledger.checkpoint("tool")
+        if not p.calls.replay.has(tool, args):  # a replayed call runs nothing
+            binding = policy.binding_approval(tool, args, urls_whole=policy_urls_whole())
+            if binding is None and p.tools[tool].exposes_secrets:
+                binding = secret_approval(policy, tool, args)
+            if binding:  # one approval covers the step's items as submitted, not this one
+                raise StepFailed(f"not as an item of a for_each: {binding}; make it a step")
+            await p.ledger.checkpoint("tool")
         call_id = f"{self._step.id}[{index}]"
         try:
             result = await p.calls.tool(
@@ -104,5 +105,6 @@ class ForEach:
         except ActivityError as exc:
             message, _ = failure_of(exc)
             raise StepFailed(message) from None
-        p.undo.remember(call_id, tool, args, result.output)
+        if not result.replayed:
+            p.undo.remember(call_id, tool, args, result.output)
         return result.output

@@ -14,6 +14,7 @@ from workflows.children import Children
 from workflows.common import Clock
 from workflows.events import EventLog
 from workflows.ledger import Ledger
+from workflows.replay import Replay
 from workflows.reporting import Reporting
 from workflows.requests import Requests
 from workflows.status import Display, StatusBoard
@@ -60,7 +61,8 @@ class RunParts:
         self.requests = Requests(self.approvals.decide)
         self.approvals.on_open = self.requests.release
         window = timedelta(seconds=inp.config.model_retry_window_s)
-        self.calls = Calls(inp.run_id, self.ledger, window, grant_of(inp))
+        replay = Replay(inp.reuse, self.audit)
+        self.calls = Calls(inp.run_id, self.ledger, window, grant_of(inp), replay)
         self.webhooks = Webhooks(inp.run_id, inp.config.webhooks)
         if inp.config.webhooks:
             self.events.listen(self.webhooks.notify)

@@ -137,7 +137,10 @@ class PlanScheduler:
             raise StepFailed(str(exc)) from None
 
         binding = None
-        if step.tool is not None:
+        # A call a counterfactual fork answers from its recording runs nothing: no policy
+        # approval, no budget.
+        replayed = step.tool is not None and p.calls.replay.has(step.tool, resolved)
+        if step.tool is not None and not replayed:
             binding = p.inp.config.policy.binding_approval(
                 step.tool, resolved, urls_whole=policy_urls_whole()
             )
@@ -173,7 +176,7 @@ class PlanScheduler:
                 state.started_at = state.finished_at = workflow.now()
                 return {"approved_by": record.decided_by, "comment": record.comment}
 
-        if step.model is not None or step.tool is not None:
+        if step.model is not None or (step.tool is not None and not replayed):
             # A model or tool call: not while paused or over budget.
             await p.ledger.checkpoint("model" if step.model is not None else "tool")
         p.steps.start(state)
@@ -241,7 +244,8 @@ class PlanScheduler:
         result = await p.calls.tool(
             step.id, step.tool, args, retry=step.retry, timeout_s=step.timeout_s
         )
-        p.undo.remember(step.id, step.tool, args, result.output)
+        if not result.replayed:
+            p.undo.remember(step.id, step.tool, args, result.output)
         state.attempts = result.attempt
         return result.output
 

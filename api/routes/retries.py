@@ -17,6 +17,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle
 
 from activities.artifacts import store_for
+from activities.recording import recorded_calls
 from activities.tools.toolbox import toolbox
 from api import access
 from api.access import Submitter
@@ -42,7 +43,9 @@ from longrun.contracts import (
     CriterionState,
     Plan,
     PlanItem,
+    RecordedCall,
     Reuse,
+    RoleModels,
     RunInput,
     RunState,
     Step,
@@ -55,6 +58,8 @@ from longrun.settings import Settings
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=answers(401, 403, 503))
 
 RETRYABLE = ("failed", "cancelled")
+# Of the recorded tool calls a counterfactual fork carries in its input.
+REPLAY_MAX_BYTES = 256 * 1024
 DONE = ("completed", "skipped")
 
 
@@ -63,6 +68,9 @@ class RetryCreated(RunCreated):
 
     retry_of: str = Field(description="the run it retries or forks")
     reused: list[str] = Field(description="the steps it takes over, done, from that run")
+    replays: int | None = Field(
+        None, description="a counterfactual fork's: how many recorded tool calls it answers from"
+    )
 
 
 class ForkRequest(BaseModel):
@@ -70,8 +78,10 @@ class ForkRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    from_step: Annotated[str, StringConstraints(pattern=STEP_ID_PATTERN)] = Field(
-        description="run again from this step: it and every step that depends on it"
+    from_step: Annotated[str, StringConstraints(pattern=STEP_ID_PATTERN)] | None = Field(
+        None,
+        description="run again from this step: it and every step that depends on it (unset: "
+        "from the start, nothing taken over)",
     )
     plan_patch: list[Step] | None = Field(
         None,
@@ -90,6 +100,26 @@ class ForkRequest(BaseModel):
         max_length=4000,
         description="a goal-only run's: what its agent is told at the step it goes on from",
     )
+    model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="the model the fork uses instead: a goal-only run's for every role (unless "
+        "`models` names one), a plan run's for every model step that runs again",
+    )
+    models: RoleModels | None = Field(
+        None, description="a goal-only run's: models per role (planner, actor, judge)"
+    )
+    replay_tools: bool = Field(
+        False,
+        description="answer a tool call with the same tool and arguments as one of the run's "
+        "from that call's recorded output, with no side effect (a counterfactual fork); other "
+        "calls follow policy as usual",
+    )
+
+    def changes(self) -> bool:
+        """Whether the fork changes anything but where it goes on from."""
+        return bool(self.plan_patch or self.model or self.models or self.replay_tools)
 
 
 @router.post("/{run_id}/retry", status_code=202, responses=answers(404, 409))
@@ -128,14 +158,13 @@ async def _start_again(
     caller: Principal,
     link: str,
     undo: list[CompletedCall] | None = None,
+    replay: list[RecordedCall] | None = None,
 ) -> RetryCreated:
     """Start the new run of plan run `inp`, taking over the `done` steps of `run_id`, for
     `caller` (`inp` checked for it: `under_policy_in_force`)."""
     assert inp.plan is not None
-    new_id = f"run-{uuid.uuid4().hex}"
-    await run_in_threadpool(_copy_artifacts, settings, run_id, new_id, done)
-    reuse = Reuse(run_id=run_id, steps=done, undo=undo or [])
-    return await _launch(client, settings, inp, new_id, reuse, caller, link, list(done))
+    reuse = Reuse(run_id=run_id, steps=done, undo=undo or [], tools=replay or [])
+    return await _launch(client, settings, inp, reuse, caller, link, list(done))
 
 
 async def _start_agent_again(
@@ -146,26 +175,29 @@ async def _start_agent_again(
     carry: AgentCarry | None,
     caller: Principal,
     link: str,
+    replay: list[RecordedCall] | None = None,
 ) -> RetryCreated:
     """Start the new goal-only run of `inp`, its agent going on as `carry` says."""
-    reuse = Reuse(run_id=run_id, steps={}, agent=carry)
+    reuse = Reuse(run_id=run_id, steps={}, agent=carry, tools=replay or [])
     taken = [item.id for item in carry.plan[: carry.index]] if carry is not None else []
-    new_id = f"run-{uuid.uuid4().hex}"
-    return await _launch(client, settings, inp, new_id, reuse, caller, link, taken)
+    return await _launch(client, settings, inp, reuse, caller, link, taken)
 
 
 async def _launch(
     client: Client,
     settings: Settings,
     inp: RunInput,
-    new_id: str,
     reuse: Reuse,
     caller: Principal,
     link: str,
     reused: list[str],
 ) -> RetryCreated:
-    """Start `inp` again as `new_id`, for `caller`, with what it takes over; its memo names
-    the run it starts again under `link` (retry_of, fork_of)."""
+    """Start `inp` again as a new run, for `caller`, with what it takes over (the stored
+    values its outputs refer to copied in); its memo names the run it starts again under
+    `link` (retry_of, fork_of)."""
+    new_id = f"run-{uuid.uuid4().hex}"
+    outputs = [s.output for s in reuse.steps.values()] + [c.output for c in reuse.tools]
+    await run_in_threadpool(_copy_artifacts, settings, reuse.run_id, new_id, outputs)
     again = inp.model_copy(
         update={"run_id": new_id, **caller.as_owner(), "carry": None, "reuse": reuse}
     )
@@ -176,6 +208,7 @@ async def _launch(
         links=run_links(settings, new_id),
         retry_of=reuse.run_id,
         reused=reused,
+        replays=len(reuse.tools) if link == "fork_of" and reuse.tools else None,
     )
 
 
@@ -189,29 +222,46 @@ async def fork_run(
     hub: McpHubDep,
     caller: Submitter,
 ) -> RetryCreated:
-    """Start a new run of an ended run from `from_step`: the steps it completed that
-    neither are that step nor depend on it are taken over; the rest run, as patched. A
-    goal-only run's agent goes on from that step of its plan, with `guidance`."""
+    """Start a new run of an ended run from `from_step` (or from the start): the steps it
+    completed that neither are that step nor depend on it are taken over; the rest run, as
+    patched, on `model` if given. A goal-only run's agent goes on from that step of its
+    plan, with `guidance` (or plans afresh). With `replay_tools`, a call the run made is
+    answered from its recorded output instead of running again: a counterfactual fork."""
+    if body.from_step is None and not body.changes():
+        raise fail_validation(
+            ("body",),
+            "say where the fork goes on from (from_step) or what it changes "
+            "(model, models, replay_tools, plan_patch)",
+        )
     handle, desc, inp = await _ended_run(client, caller, run_id, FINAL_RUN_STATUSES, "an ended run")
+    replay = await _recorded(client, run_id, inp) if body.replay_tools else None
     if inp.agent is not None:
-        inp = under_policy_in_force(inp, None, policy, caller)
-        assert inp.agent is not None
         for name in ("plan_patch", "compensate"):
             if getattr(body, name):
                 raise fail_validation(("body", name), f"'{name}' applies to plan runs")
-        state = await _final_state(settings, run_id, desc, handle)
-        guidance = f"{caller.name}: {body.guidance}" if body.guidance else None
-        carry = _agent_carry(state, inp.agent, body.from_step, guidance)
-        return await _start_agent_again(client, settings, run_id, inp, carry, caller, "fork_of")
-    if body.guidance is not None:
-        raise fail_validation(("body", "guidance"), "'guidance' applies to goal-only runs")
+        if body.guidance is not None and body.from_step is None:
+            raise fail_validation(("body", "guidance"), "guidance is given at 'from_step'")
+        inp = _on_models(inp, inp.agent, body.model, body.models)
+        inp = under_policy_in_force(inp, None, policy, caller)
+        assert inp.agent is not None
+        carry = None  # from the start: the agent plans afresh
+        if body.from_step is not None:
+            state = await _final_state(settings, run_id, desc, handle)
+            guidance = f"{caller.name}: {body.guidance}" if body.guidance else None
+            carry = _agent_carry(state, inp.agent, body.from_step, guidance)
+        return await _start_agent_again(
+            client, settings, run_id, inp, carry, caller, "fork_of", replay
+        )
+    for name in ("guidance", "models"):
+        if getattr(body, name) is not None:
+            raise fail_validation(("body", name), f"'{name}' applies to goal-only runs")
     assert inp.plan is not None
     ids = [s.id for s in inp.plan.steps]
-    if body.from_step not in ids:
+    if body.from_step is not None and body.from_step not in ids:
         raise fail_validation(
             ("body", "from_step"), f"run '{run_id}' has no step '{body.from_step}'"
         )
-    again = _with_dependents(inp.plan, body.from_step)
+    again = set(ids) if body.from_step is None else _with_dependents(inp.plan, body.from_step)
     patch = {s.id: s for s in body.plan_patch or []}
     if len(patch) != len(body.plan_patch or []):
         raise fail_validation(("body", "plan_patch"), "a step id is given twice")
@@ -234,11 +284,59 @@ async def fork_run(
     done = await _done_steps(settings, run_id, desc, handle, ids)
     kept = {k: v for k, v in done.items() if k not in again}
     runs = {s.id for s in plan.steps} - set(kept)
-    forked = under_policy_in_force(
-        inp.model_copy(update={"plan": plan, "mcp_tools": mcp_tools}), runs, policy, caller
-    )
+    forked = inp.model_copy(update={"plan": plan, "mcp_tools": mcp_tools})
+    if body.model is not None:
+        forked = _plan_on_model(forked, body.model, runs)
+    forked = under_policy_in_force(forked, runs, policy, caller)
     undo = _calls_to_undo(inp.plan, again, done, run_id) if body.compensate else []
-    return await _start_again(client, settings, run_id, forked, kept, caller, "fork_of", undo)
+    return await _start_again(
+        client, settings, run_id, forked, kept, caller, "fork_of", undo, replay
+    )
+
+
+async def _recorded(client: Client, run_id: str, inp: RunInput) -> list[RecordedCall]:
+    """The tool calls a counterfactual fork of the run answers from: those the run made
+    (and those it answered so itself, if it is one), up to REPLAY_MAX_BYTES of them."""
+    calls = [*(inp.reuse.tools if inp.reuse else []), *await recorded_calls(client, run_id)]
+    kept, size = [], 0
+    for call in calls:
+        size += len(call.model_dump_json())
+        if size > REPLAY_MAX_BYTES:  # the rest run again: the run's input stays small
+            break
+        kept.append(call)
+    return kept
+
+
+def _on_models(
+    inp: RunInput, agent: AgentSpec, model: str | None, models: RoleModels | None
+) -> RunInput:
+    """Goal-only run `inp` with its roles' models as `model` and `models` say."""
+    if model is None and models is None:
+        return inp
+    roles = models or RoleModels()
+    changed = agent.model_copy(
+        update={
+            "planner_model": roles.planner or model or agent.planner_model,
+            "actor_model": roles.actor or model or agent.actor_model,
+            "judge_model": roles.judge or model or agent.judge_model,
+        }
+    )
+    config = inp.config.model_copy(update={"default_model": model or inp.config.default_model})
+    return inp.model_copy(update={"agent": changed, "config": config})
+
+
+def _plan_on_model(inp: RunInput, model: str, again: set[str]) -> RunInput:
+    """Plan run `inp` with `model` as its default and the model of its model steps that
+    run again."""
+    assert inp.plan is not None
+    steps = [
+        s.model_copy(update={"model": s.model.model_copy(update={"model": model})})
+        if s.model is not None and s.id in again
+        else s
+        for s in inp.plan.steps
+    ]
+    config = inp.config.model_copy(update={"default_model": model})
+    return inp.model_copy(update={"plan": Plan(steps=steps), "config": config})
 
 
 def _calls_to_undo(
@@ -371,12 +469,9 @@ def _with_dependents(plan: Plan, step_id: str) -> set[str]:
     return found
 
 
-def _copy_artifacts(
-    settings: Settings, source: str, target: str, done: dict[str, StepState]
-) -> None:
+def _copy_artifacts(settings: Settings, source: str, target: str, outputs: list[Any]) -> None:
     """Copy into the new run the stored values the taken-over outputs refer to (blocking:
     store reads and writes): a reference names an artifact of the run it is in."""
-    outputs = [s.output for s in done.values()]
     names = set(_ref_names(outputs))
     names |= {m.group(1) for m in refs.MARKER.finditer(json.dumps(outputs))}
     store = store_for(settings)

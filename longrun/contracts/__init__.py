@@ -132,6 +132,7 @@ from longrun.contracts.run import (
 )
 from longrun.contracts.tools import (
     McpTool,
+    RecordedCall,
     SecretGrant,
     ToolCall,
     ToolResult,
@@ -209,6 +210,7 @@ __all__ = [
     "Price",
     "Recall",
     "RecallRequest",
+    "RecordedCall",
     "RequestOutcome",
     "RetrySpec",
     "Reuse",

@@ -64,6 +64,9 @@ class RunFigures(BaseModel):
         0, description="times the agent claimed the goal met while a criterion failed"
     )
     stalls: int = Field(0, description="times the watchdog held the run: no progress")
+    replayed_calls: int = Field(
+        0, description="a counterfactual fork's tool calls answered from the recording"
+    )
 
     def met_failure(self) -> bool:
         """Whether the run met a failure it had to recover from."""

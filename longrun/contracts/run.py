@@ -36,7 +36,7 @@ from longrun.contracts.common import (
 )
 from longrun.contracts.events import RunEvent, RunFigures
 from longrun.contracts.plans import Criterion, OnTimeout, Plan, RoleModels
-from longrun.contracts.tools import McpTool
+from longrun.contracts.tools import McpTool, RecordedCall
 from longrun.policy import Policy
 
 WebhookUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$", max_length=2000)]
@@ -262,6 +262,8 @@ class Reuse(BaseModel):
     undo: list[CompletedCall] = Field(default_factory=list)
     # A goal-only run's: where its agent goes on, the plan steps before taken over as done.
     agent: AgentCarry | None = None
+    # A counterfactual fork's: the run's tool calls, answered from their recorded outputs.
+    tools: list[RecordedCall] = Field(default_factory=list)
 
 
 class RunInput(BaseModel):

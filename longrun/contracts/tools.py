@@ -40,6 +40,18 @@ class ToolResult(BaseModel):
 
     output: dict[str, Any]
     attempt: int = 1
+    # Answered from the recorded output of the run a counterfactual fork replays: nothing
+    # ran, so there is nothing to undo.
+    replayed: bool = False
+
+
+class RecordedCall(BaseModel):
+    """A tool call a run made and its output: a counterfactual fork of the run answers the
+    same call (same tool, same arguments) with it instead of running it."""
+
+    tool: str
+    args: dict[str, Any]
+    output: dict[str, Any]
 
 
 class McpTool(BaseModel):

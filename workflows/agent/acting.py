@@ -226,7 +226,10 @@ class Actor:
 
         state = p.steps.add(step_id, "tool")
         urls_whole = policy_urls_whole()
-        if policy.needs_approval(name, args, spec.side_effect_for(args), urls_whole=urls_whole):
+        replayed = p.calls.replay.has(name, args)  # nothing runs: nothing to approve or pay
+        if not replayed and policy.needs_approval(
+            name, args, spec.side_effect_for(args), urls_whole=urls_whole
+        ):
             why = policy.binding_approval(name, args, urls_whole=urls_whole)
             ask = p.approvals.ask(
                 step_id,
@@ -242,7 +245,8 @@ class Actor:
                 return self._ran(
                     name, args, f"A person rejected this call{comment}. Find another way."
                 )
-        await p.ledger.checkpoint("tool")
+        if not replayed:
+            await p.ledger.checkpoint("tool")
         p.steps.start(state)
         try:
             result = await p.calls.tool(step_id, name, args)
@@ -253,7 +257,8 @@ class Actor:
             self._state.observe(f"{name} {preview(args)} failed: {message}")
             return self._ran(name, args, f"The tool failed: {message}")
         state.attempts = result.attempt
-        p.undo.remember(step_id, name, args, result.output)
+        if not result.replayed:
+            p.undo.remember(step_id, name, args, result.output)
         p.steps.settle(state, "completed", output=result.output)
         text = json.dumps(result.output)
         self._state.observe(f"{name} {preview(args)} -> {text[:OBSERVATION_CHARS]}")
