@@ -1,7 +1,7 @@
 """The `longrun` command: the local stack and its processes (`dev`, `worker`, `api`,
 `standin`, `conformance`, `demo`, `hash-key`), the deploy's (`check-replay`, `deployment`),
-and the commands that talk to a running
-API (longrun.commands)."""
+a run's records (`cassette`), the task suite (`eval`), and the commands that talk to a
+running API (longrun.commands)."""
 
 from __future__ import annotations
 
@@ -307,6 +307,68 @@ def demo(
     settings = get_settings()
     api_url = f"http://{settings.api_host}:{settings.api_port}"
     sys.exit(run_demo(api_url, approve=approve, timeout_s=wait))
+
+
+@app.command("eval")
+def eval_suite(
+    folder: Annotated[Path, typer.Argument(help="the suite: a folder of task files")],
+    k: Annotated[int, typer.Option("--k", min=1, max=50, help="attempts per task")] = 4,
+    chaos: Annotated[
+        bool, typer.Option("--chaos", help="kill workers, restart Temporal, cut the model")
+    ] = False,
+    only: Annotated[
+        list[str] | None, typer.Option("--task", help="only this task; repeat for several")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=64, help="attempts at once")] = 4,
+    timeout: Annotated[
+        float, typer.Option(min=10, help="cancel an attempt that has not ended in this many s")
+    ] = 900,
+    model_url: Annotated[
+        str | None,
+        typer.Option(help="an OpenAI-compatible server (default: the stand-in, scripted)"),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="the model to ask on --model-url")] = None,
+    seed: Annotated[int, typer.Option(help="of the faults' moments and kinds")] = 0,
+    out: Annotated[Path, typer.Option(help="where the JSON and the plot go")] = Path(
+        "eval-results"
+    ),
+) -> None:
+    """Run the task suite, k attempts per task, on a local stack of its own, and score it:
+    pass^1, pass^k, cost per success, time p50/p95, recovery time after faults, and side
+    effects applied twice (counted at the fixture server). Writes OUT/<name>.json and a
+    plot; exits 0 (the scores are the answer, not the exit code).
+
+    Example: longrun eval evals/ --k 2 --chaos --model-url http://127.0.0.1:8180/v1
+    --model smollm2-135m
+    """
+    from longrun.evals import report
+    from longrun.evals.runner import Options, run_suite, scores
+    from longrun.evals.tasks import load_tasks
+
+    if (model_url is None) != (model is None):
+        raise typer.BadParameter("give --model-url and --model together", param_hint="--model")
+    tasks = load_tasks(folder)
+    if only:
+        unknown = sorted(set(only) - {t.name for t in tasks})
+        if unknown:
+            raise typer.BadParameter(f"no task {', '.join(unknown)}", param_hint="--task")
+        tasks = [t for t in tasks if t.name in only]
+    options = Options(
+        k=k,
+        chaos=chaos,
+        concurrency=concurrency,
+        timeout_s=timeout,
+        model_url=model_url,
+        model=model,
+        seed=seed,
+    )
+    outcome = run_suite(tasks, options, typer.echo)
+    found = scores(outcome)
+    name = f"{model or 'standin'}-k{k}{'-chaos' if chaos else ''}"
+    report.write_json(outcome, found, out / f"{name}.json")
+    plotted = report.plot(outcome, found, out / f"{name}.png")
+    typer.echo(report.table([(name, found)]))
+    typer.echo(f"wrote {out / name}.json" + (" and .png" if plotted else ""))
 
 
 @app.command()

@@ -132,7 +132,12 @@ async def promote(client: Client, settings: Settings) -> str:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + PROMOTE_WITHIN_S
     while True:
-        info = await _deployment(client, settings)
+        try:
+            info = await _deployment(client, settings)
+        except RPCError as exc:  # workers starting together: Temporal asks to slow down
+            if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+                raise
+            info = None
         summary = _summary(info, build) if info is not None else None
         if summary is not None:
             break
@@ -155,7 +160,10 @@ async def promote(client: Client, settings: Settings) -> str:
         try:
             await make_current(client, settings, build)
             return f"version {build} made current (was {current or 'none'})"
-        except VersionRefused as exc:
+        except (VersionRefused, RPCError) as exc:
+            busy = isinstance(exc, RPCError) and exc.status == RPCStatusCode.RESOURCE_EXHAUSTED
+            if isinstance(exc, RPCError) and not busy:
+                raise
             if loop.time() > deadline:  # its task queue not yet registered, usually
                 return f"version {build} could not be made current: {exc}"
             await asyncio.sleep(0.2)

@@ -11,8 +11,10 @@ from collections import Counter
 from typing import Any
 
 from fastapi import FastAPI, Header, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+FLAKY_FAILURES = 2  # of each key's requests to /flaky/{name}, answered 503
 # What GET /data/{name} serves: small, fixed facts tasks compute with.
 DATA: dict[str, Any] = {
     "prices": {"apple": 3, "pear": 5, "plum": 7, "fig": 11},
@@ -34,11 +36,19 @@ class Effect(BaseModel):
     body: Any
     key: str | None
 
+    @property
+    def run_id(self) -> str:
+        """The run whose call applied it: a tool call's key is `<run_id>:<step_id>`."""
+        return (self.key or "").partition(":")[0]
+
 
 class Report(BaseModel):
     """What the fixture saw."""
 
     requests: dict[str, int] = Field(description="requests received, by 'METHOD /path'")
+    by_run: dict[str, dict[str, int]] = Field(
+        description="of those, the ones a run's tool call sent (by its Idempotency-Key), by run"
+    )
     effects: list[Effect] = Field(description="effects applied, oldest first")
     absorbed: int = Field(description="requests with a key already applied: answered, not applied")
     applied_twice: int = Field(
@@ -53,6 +63,8 @@ class Fixture:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.requests: Counter[str] = Counter()
+        self.by_run: dict[str, Counter[str]] = {}
+        self._flaky: Counter[str] = Counter()
         self.effects: list[Effect] = []
         self._by_key: dict[str, dict[str, Any]] = {}
         self.absorbed = 0
@@ -62,10 +74,10 @@ class Fixture:
         with self._lock:
             seen: Counter[tuple[str, str, str]] = Counter()
             for effect in self.effects:
-                run = (effect.key or "").partition(":")[0]
-                seen[(run, effect.name, json.dumps(effect.body, sort_keys=True))] += 1
+                seen[(effect.run_id, effect.name, json.dumps(effect.body, sort_keys=True))] += 1
             return Report(
                 requests=dict(self.requests),
+                by_run={run: dict(counts) for run, counts in self.by_run.items()},
                 effects=list(self.effects),
                 absorbed=self.absorbed,
                 applied_twice=sum(n - 1 for n in seen.values()),
@@ -75,6 +87,8 @@ class Fixture:
         """Forget everything seen."""
         with self._lock:
             self.requests.clear()
+            self.by_run.clear()
+            self._flaky.clear()
             self.effects.clear()
             self._by_key.clear()
             self.absorbed = 0
@@ -91,9 +105,19 @@ class Fixture:
                 self._by_key[key] = answer
             return answer
 
-    def count(self, method: str, path: str) -> None:
+    def count(self, method: str, path: str, key: str | None) -> None:
+        """Count a request (and for the run whose key it carries)."""
         with self._lock:
             self.requests[f"{method} {path}"] += 1
+            if key:
+                run = key.partition(":")[0]
+                self.by_run.setdefault(run, Counter())[f"{method} {path}"] += 1
+
+    def fails_first(self, name: str, key: str | None, times: int) -> bool:
+        """Whether this request of a flaky resource fails: the first `times` of each key."""
+        with self._lock:
+            self._flaky[f"{name}\n{key}"] += 1
+            return self._flaky[f"{name}\n{key}"] <= times
 
 
 def fixture_app(fixture: Fixture) -> FastAPI:
@@ -103,7 +127,8 @@ def fixture_app(fixture: Fixture) -> FastAPI:
     @app.middleware("http")
     async def counted(request: Request, call_next: Any) -> Any:
         if not request.url.path.startswith("/_fixture"):
-            fixture.count(request.method, request.url.path)
+            key = request.headers.get("idempotency-key")
+            fixture.count(request.method, request.url.path, key)
         return await call_next(request)
 
     @app.get("/data/{name}")
@@ -112,6 +137,13 @@ def fixture_app(fixture: Fixture) -> FastAPI:
         if name not in DATA:
             return {"error": f"no data '{name}'; there is {', '.join(DATA)}"}
         return DATA[name]
+
+    @app.get("/flaky/{name}")
+    async def flaky(name: str, idempotency_key: str | None = Header(None)) -> Any:
+        """A data set that answers 503 to the first two requests of each key."""
+        if fixture.fails_first(name, idempotency_key, FLAKY_FAILURES):
+            return JSONResponse({"error": "try again"}, status_code=503)
+        return await data(name)
 
     @app.post("/effects/{name}")
     async def effect(

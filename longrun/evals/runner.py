@@ -1,0 +1,363 @@
+"""`longrun eval`: the suite's tasks, k attempts each, submitted through the API of a local
+stack this command starts (longrun.dev.processes), with the fixture server in this process
+and the model server (the stand-in, or a real one) behind a proxy that can be cut. With
+chaos, faults come one at a time at random moments while attempts are in flight: a worker
+SIGKILLed (a new one starts), Temporal stopped and started again on its database, the
+model server cut off. Each ended run is checked by its task's checkers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from longrun.dev.processes import Stack
+from longrun.dev.stack import ServerThread, free_port
+from longrun.dev.standin import STANDIN_MODEL
+from longrun.evals.fixture import Fixture, fixture_app
+from longrun.evals.proxy import CuttableProxy
+from longrun.evals.tasks import Task, failures
+
+ENDED = ("completed", "failed", "cancelled")
+POLL_S = 1.0  # how often each attempt in flight is read
+FAULT_GAP_S = (2.0, 10.0)
+FAULT_KINDS = ["worker", "temporal", "model"]  # between one fault's recovery and the next fault
+RECOVERY_LIMIT_S = 300.0
+STANDIN_CHAOS_READ_TPS = 400.0  # prompt tokens a second: an agent's call takes seconds
+
+
+@dataclass
+class Options:
+    """How the suite runs."""
+
+    k: int = 4
+    chaos: bool = False
+    concurrency: int = 4
+    timeout_s: float = 900.0
+    model_url: str | None = None  # a real OpenAI-compatible server; None: the stand-in
+    model: str | None = None
+    workers: int = 2
+    seed: int = 0
+
+
+@dataclass
+class Attempt:
+    """One run of a task."""
+
+    task: str
+    kind: str
+    level: str
+    number: int
+    run_id: str = ""
+    status: str = "not started"
+    passed: bool = False
+    failures: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+    cost_usd: float = 0.0
+    model_calls: int = 0
+
+
+@dataclass
+class Fault:
+    """A fault injected, and how long runs took to move on after it."""
+
+    kind: str
+    at_s: float
+    down_s: float
+    recovery_s: float | None = None
+
+
+@dataclass
+class Outcome:
+    """What a suite run found."""
+
+    options: dict[str, Any]
+    attempts: list[Attempt] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    fixture: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+class Eval:
+    """One run of the suite against a stack it owns."""
+
+    def __init__(
+        self, tasks: list[Task], options: Options, tmp: Path, say: Callable[[str], None]
+    ) -> None:
+        self.tasks = tasks
+        self.say = say
+        self.options = options
+        self.rng = random.Random(options.seed)
+        self.fixture = Fixture()
+        self.outcome = Outcome(options=asdict(options))
+        self.open: dict[str, Attempt] = {}  # run id -> attempt in flight
+        self._tmp = tmp
+        self._start = time.monotonic()
+        self._done = asyncio.Event()
+        self.proxy: CuttableProxy | None = None
+        self.stack: Stack | None = None
+
+    async def run(self) -> Outcome:
+        """Start the stack, run every attempt (with chaos if asked), stop the stack."""
+        with ServerThread(fixture_app(self.fixture)) as server:
+            self.fixture_url = server.url
+            stack = await self._start_stack()
+            try:
+                async with httpx.AsyncClient(base_url=stack.api_url, timeout=60) as api:
+                    self.api = api
+                    chaos = asyncio.create_task(self._chaos()) if self.options.chaos else None
+                    await self._attempts()
+                    self._done.set()
+                    if chaos is not None:
+                        await chaos
+            finally:
+                stack.stop()
+                if self.proxy is not None:
+                    await self.proxy.close()
+        self.outcome.fixture = self.fixture.report().model_dump(exclude={"effects"})
+        self.outcome.wall_s = round(time.monotonic() - self._start, 1)
+        return self.outcome
+
+    async def _start_stack(self) -> Stack:
+        """The stack, its workers asking the model through the proxy."""
+        standin_port = free_port()
+        target = urlsplit(self.options.model_url or f"http://127.0.0.1:{standin_port}/v1")
+        self.proxy = CuttableProxy(target.hostname or "127.0.0.1", target.port or 80)
+        await self.proxy.start()
+        self.stack = Stack(
+            self._tmp,
+            self.options.workers,
+            model_url=f"http://127.0.0.1:{self.proxy.port}{target.path}",
+            model=self.options.model or STANDIN_MODEL,
+            task_queue="eval",
+            standin_port=standin_port,
+        )
+        await self.stack.start()
+        if self.options.chaos and self.options.model_url is None:
+            # A stand-in as quick as a function call leaves nothing in flight for a fault
+            # to hit: under chaos it reads prompts at a small server's pace.
+            async with httpx.AsyncClient() as http:
+                profile = {"read_tps": STANDIN_CHAOS_READ_TPS}
+                await http.put(f"{self.stack.standin_url}/_standin/profile", json=profile)
+        return self.stack
+
+    async def _attempts(self) -> None:
+        limit = asyncio.Semaphore(self.options.concurrency)
+        order = [(t, n) for n in range(1, self.options.k + 1) for t in self.tasks]
+
+        async def one(task: Task, number: int) -> None:
+            async with limit:
+                attempt = Attempt(task.name, task.kind, task.level, number)
+                self.outcome.attempts.append(attempt)
+                await self._attempt(task, attempt)
+                said = "passed" if attempt.passed else "; ".join(attempt.failures)[:200]
+                self._said(
+                    f"{task.name} #{number} ({attempt.status}, {attempt.duration_s} s): {said}"
+                )
+
+        await asyncio.gather(*(one(t, n) for t, n in order))
+
+    async def _attempt(self, task: Task, attempt: Attempt) -> None:
+        assert self.stack is not None
+        marker = f"eval-{uuid.uuid4().hex[:10]}"
+        if self.options.model_url is None and task.standin:
+            script = task.script(marker, self.fixture_url)
+            await self._retrying("POST", f"{self.stack.standin_url}/_standin/rules", json=script)
+        body = task.body(marker, self.fixture_url)
+        started = time.monotonic()
+        created = await self._retrying(
+            "POST", "/v1/runs", json=body, headers={"Idempotency-Key": marker}
+        )
+        if created.status_code != 202:
+            attempt.status = "refused"
+            attempt.failures = [f"submit answered {created.status_code}: {created.text[:300]}"]
+            return
+        attempt.run_id = created.json()["run_id"]
+        self.open[attempt.run_id] = attempt
+        try:
+            run = await self._follow(task, attempt.run_id, started)
+        finally:
+            self.open.pop(attempt.run_id, None)
+        attempt.duration_s = round(time.monotonic() - started, 1)
+        attempt.status = run["status"]
+        attempt.cost_usd = run["usage"]["cost_usd"]
+        attempt.model_calls = run["usage"]["model_calls"]
+        workspace = self._tmp / "data" / "runs" / run["run_id"] / "workspace"
+        found = await asyncio.to_thread(failures, task, run, self.fixture.report(), workspace)
+        if attempt.status == "cancelled" and run.get("error") == "eval timeout":
+            found.insert(0, f"did not end within {self.options.timeout_s:g} s")
+        attempt.failures = found
+        attempt.passed = not found
+
+    async def _follow(self, task: Task, run_id: str, started: float) -> dict[str, Any]:
+        """Poll the run until it ends, answering its approvals as the task says; cancel it
+        once it outlives the timeout."""
+        cancelled = timed_out = False
+        while True:
+            answer = await self._retrying("GET", f"/v1/runs/{run_id}")
+            if answer.status_code == 200:
+                run: dict[str, Any] = answer.json()
+                if run["status"] in ENDED:
+                    if timed_out:
+                        run["error"] = "eval timeout"
+                    return run
+                if run["pause_reason"] == "budget" and not cancelled:
+                    # The eval's answer to a run held at its budget: stop it, not raise it.
+                    await self._retrying("POST", f"/v1/runs/{run_id}/cancel")
+                    cancelled = True
+                    continue
+                for asked in run["pending_approvals"]:
+                    decision = task.decide if asked.get("kind") != "stalled" else "reject"
+                    await self._retrying(
+                        "POST",
+                        f"/v1/runs/{run_id}/approvals/{asked['approval_id']}",
+                        json={"decision": decision, "comment": "the eval's answer"},
+                    )
+            if not cancelled and time.monotonic() - started > self.options.timeout_s:
+                await self._retrying("POST", f"/v1/runs/{run_id}/cancel")
+                cancelled = timed_out = True
+            await asyncio.sleep(POLL_S)
+
+    async def _retrying(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """A request of the API (or stand-in), tried again while the stack recovers."""
+        for _ in range(600):
+            try:
+                answer = await self.api.request(method, url, **kwargs)
+            except httpx.HTTPError:
+                await asyncio.sleep(1)
+                continue
+            if answer.status_code < 500 and answer.status_code != 429:
+                return answer
+            await asyncio.sleep(1)
+        return answer
+
+    # --- chaos --------------------------------------------------------------------------------
+
+    async def _chaos(self) -> None:
+        """One fault at a time at random moments until every attempt has ended."""
+        kinds: list[str] = []
+        while not self._done.is_set():
+            gap = self.rng.uniform(*FAULT_GAP_S)
+            try:
+                await asyncio.wait_for(self._done.wait(), gap)
+                return
+            except TimeoutError:
+                pass
+            if not self.open:
+                continue
+            if not kinds:  # each kind once a round, in a seeded order
+                kinds = self.rng.sample(FAULT_KINDS, len(FAULT_KINDS))
+            kind = kinds.pop()
+            fault = Fault(kind, round(time.monotonic() - self._start, 1), 0.0)
+            before = await self._fingerprints()
+            began = time.monotonic()
+            await getattr(self, f"_{kind}_fault")()
+            fault.down_s = round(time.monotonic() - began, 1)
+            fault.recovery_s = await self._recovery(before)
+            self.outcome.faults.append(fault)
+            self._said(f"{kind} fault: down {fault.down_s} s, runs moved on {fault.recovery_s} s")
+
+    async def _worker_fault(self) -> None:
+        assert self.stack is not None
+        live = self.stack.live_workers()
+        if live:
+            self.rng.choice(live).stop_with(9)  # SIGKILL
+        await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+        await self.stack.start_worker()
+
+    async def _temporal_fault(self) -> None:
+        assert self.stack is not None
+        await asyncio.to_thread(self.stack.temporal.stop)
+        await asyncio.sleep(self.rng.uniform(3.0, 8.0))
+        await self.stack.start_temporal()
+
+    async def _model_fault(self) -> None:
+        assert self.proxy is not None
+        self.proxy.set_cut(True)
+        await asyncio.sleep(self.rng.uniform(10.0, 30.0))
+        self.proxy.set_cut(False)
+
+    async def _fingerprints(self) -> dict[str, str]:
+        """What each run in flight shows now, to see it move on."""
+        found = {}
+        for run_id in list(self.open):
+            try:
+                answer = await self.api.get(f"/v1/runs/{run_id}")
+            except httpx.HTTPError:
+                continue
+            if answer.status_code == 200:
+                found[run_id] = _fingerprint(answer.json())
+        return found
+
+    async def _recovery(self, before: dict[str, str]) -> float | None:
+        """Seconds from the fault's end until every run that was in flight has moved on
+        (or ended, or waits on this eval's decision); None if one did not in time."""
+        start = time.monotonic()
+        waiting = set(before)
+        while waiting and time.monotonic() - start < RECOVERY_LIMIT_S:
+            now = await self._fingerprints()
+            waiting = {r for r in waiting if r in self.open and now.get(r) == before[r]}
+            if waiting:
+                await asyncio.sleep(0.5)
+        return None if waiting else round(time.monotonic() - start, 1)
+
+    def _said(self, text: str) -> None:
+        self.say(f"[{time.monotonic() - self._start:6.0f}s] {text}")
+
+
+def _fingerprint(run: dict[str, Any]) -> str:
+    usage = run["usage"]
+    steps = [(s["id"], s["status"]) for s in run["steps"]]
+    return json.dumps([run["status"], steps, usage["model_calls"], usage["tool_calls"]])
+
+
+def run_suite(tasks: list[Task], options: Options, say: Callable[[str], None]) -> Outcome:
+    """Run the suite on a stack of its own in a temporary directory; `say` hears progress."""
+    with tempfile.TemporaryDirectory(prefix="longrun-eval-") as tmp:
+        return asyncio.run(Eval(tasks, options, Path(tmp), say).run())
+
+
+def scores(outcome: Outcome) -> dict[str, Any]:
+    """pass^1, pass^k, cost per success, time p50/p95, recovery and side effects twice."""
+    by_task: dict[str, list[Attempt]] = {}
+    for attempt in outcome.attempts:
+        by_task.setdefault(attempt.task, []).append(attempt)
+    rates = [sum(a.passed for a in tries) / len(tries) for tries in by_task.values()]
+    passes = sum(a.passed for a in outcome.attempts)
+    times = sorted(a.duration_s for a in outcome.attempts if a.run_id)
+    recoveries = [f.recovery_s for f in outcome.faults if f.recovery_s is not None]
+    return {
+        "tasks": len(by_task),
+        "attempts": len(outcome.attempts),
+        "passed": passes,
+        "pass^1": round(statistics.fmean(rates), 3) if rates else None,
+        "pass^k": round(sum(r == 1 for r in rates) / len(rates), 3) if rates else None,
+        "cost_per_success_usd": round(sum(a.cost_usd for a in outcome.attempts) / passes, 6)
+        if passes
+        else None,
+        "time_p50_s": _quantile(times, 0.5),
+        "time_p95_s": _quantile(times, 0.95),
+        "faults": len(outcome.faults),
+        "recovery_p50_s": _quantile(sorted(recoveries), 0.5),
+        "recovery_max_s": max(recoveries) if recoveries else None,
+        "runs_not_recovered": sum(f.recovery_s is None for f in outcome.faults),
+        "applied_twice": outcome.fixture.get("applied_twice", 0),
+        "per_task": {name: f"{sum(a.passed for a in t)}/{len(t)}" for name, t in by_task.items()},
+    }
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    return values[min(len(values) - 1, int(q * len(values)))]
