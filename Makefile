@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit bench chaos demo conformance clean
+.PHONY: run test lint typecheck unit bench chaos eval demo conformance clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,13 @@ bench: $(BENCH_STAMP)  ## every benchmark: overhead, API, waiting runs, context,
 
 chaos: $(STAMP)  ## runs under killed workers, Temporal and API restarts and model outages, printed (~11-14 min)
 	$(BIN)/python bench/chaos.py
+
+# The task suite on the stand-in, calm and under chaos, 4 attempts a task; JSON and plots in
+# eval-results/. `K=`, `EVAL_ARGS=` (e.g. --model-url ... --model ...) change it.
+K ?= 4
+eval: $(BENCH_STAMP) $(BWRAP)  ## the task suite scored pass^1/pass^k, calm and with --chaos (~4 min)
+	$(BIN)/longrun eval evals/ --k $(K) $(EVAL_ARGS)
+	$(BIN)/longrun eval evals/ --k $(K) --chaos $(EVAL_ARGS)
 
 demo: $(STAMP)  ## a goal-only run against the stack that `make run` started
 	$(BIN)/longrun demo

@@ -96,6 +96,8 @@ class Endpoint:
         self._max_answers: dict[str, int] = {}  # the most a model may answer, where it said
         self._listed: dict[str, dict[str, Any]] | None = None
         self._stream_options = True  # whether the server takes `stream_options`
+        # Models whose server streams no answer to a request without tools: asked whole.
+        self._whole_without_tools: set[str] = set()
         self.streaming = settings.model_stream
         self.fixed_mode: Mode | None = None  # a way to ask for JSON that overrides settings
         self.paces = Paces()  # how fast each model reads and writes, from streamed calls
@@ -280,10 +282,11 @@ class Endpoint:
             )
             async with heartbeating():
                 try:
+                    streamed = self.streaming and (
+                        "tools" in request or model not in self._whole_without_tools
+                    )
                     answer = (
-                        await self._streamed(request)
-                        if self.streaming
-                        else await self._whole(request)
+                        await self._streamed(request) if streamed else await self._whole(request)
                     )
                 except openai.APIError as exc:
                     raise self._error(exc, model) from None
@@ -319,6 +322,7 @@ class Endpoint:
             return await self._whole(request)
         state: ChatCompletionStreamState[Any] = ChatCompletionStreamState()
         chunks = 0
+        finished = False  # whether the stream said why the answer ended
         first: float | None = None  # when the first token came
         try:
             async for chunk in stream:
@@ -326,19 +330,34 @@ class Endpoint:
                 chunks += 1
                 if first is None and chunk.choices:
                     first = time.monotonic()
+                finished = finished or any(c.finish_reason for c in chunk.choices)
         except httpx.TransportError:
             if chunks:
                 raise
         finally:
             # Also on cancel or timeout: closing the stream makes the server stop.
             await stream.close()
-        if not chunks:
+        if not finished:
             kind = stream.response.headers.get("content-type", "")
-            if not kind.startswith("text/event-stream"):
+            if not chunks and not kind.startswith("text/event-stream"):
                 raise transient(
                     f"model server {self.url} (model '{request['model']}') answered a "
                     f"streamed request with {kind or 'no content type'}, not a stream"
                 )
+            if (
+                chunks
+                and "tools" not in request
+                and request["model"] not in self._whole_without_tools
+            ):
+                # llama-cpp-python's function-calling chat format streams nothing for a
+                # request without tools (a role, then the end); asked whole, it answers.
+                log.warning(
+                    "%s streamed no answer for model %s to a request without tools; asking "
+                    "such requests whole from now on",
+                    self.url,
+                    request["model"],
+                )
+                self._whole_without_tools.add(request["model"])
             # llama.cpp answers a request it refuses, when streamed, with an empty or broken
             # stream; asked whole, it says why (a context window exceeded, say).
             return await self._whole(request)

@@ -16,6 +16,7 @@ from api.app import create_app
 from longrun.dev.standin import PROFILES
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, submit
+from tests.test_agent import act, plan, start
 from worker import serving
 
 LLAMA_CPP = PROFILES["llama-cpp"].model_dump()
@@ -108,6 +109,31 @@ async def test_an_agent_run_completes_on_a_llama_cpp_like_server(
     assert all(c["outcome"] == "ok" for c in acts)
     modes = {c["response_format"] for c in standin.calls("profile-agent", role="judge")}
     assert modes == {"json_object"}  # learned from the planner's refusal, not asked again
+
+
+async def test_a_server_that_streams_only_with_tools_is_asked_whole_without_them(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    """llama-cpp-python's function-calling format streams no answer to a request without
+    tools: the planner's call is asked again whole, and from then on asked whole; calls
+    with tools still stream."""
+    standin.profile(**PROFILES["llama-cpp-tools"].model_dump())
+    standin.scenario(
+        [
+            {"match": "tools-only", "role": "plan", "json": plan(("w", "write a"))},
+            act("tools-only", ("write_file", {"path": "a", "content": "x"})),
+            act("tools-only", reply="wrote a"),
+        ]
+    )
+    run_id = await start(api, goal="tools-only: write a file", tools=["write_file"])
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    calls = standin.calls("tools-only")
+    asked = [(c["role"], c["stream"], c["outcome"]) for c in calls]
+    # json_schema refused first (as on llama-cpp); then json_object, streamed: nothing.
+    assert asked[2:4] == [("plan", True, "empty stream"), ("plan", False, "ok")], asked
+    assert all(c["stream"] == bool(c["tools"]) for c in calls[4:]), asked
+    assert all(outcome == "ok" for _, _, outcome in asked[3:]), asked
 
 
 async def test_an_answer_that_breaks_the_schema_is_asked_again_with_the_reason(

@@ -19,7 +19,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -92,6 +92,11 @@ class Profile(BaseModel):
         description="with tools offered and none forced, writes a tool call as JSON text in "
         "its answer instead of calling it, as small models do",
     )
+    streams_only_with_tools: bool = Field(
+        False,
+        description="streams no answer (a role, then the end) to a request that offers no "
+        "tools, as llama-cpp-python's chatml-function-calling chat format does",
+    )
     read_tps: float | None = Field(
         None, gt=0, description="streamed: prompt tokens read a second before the first token"
     )
@@ -111,6 +116,10 @@ PROFILES = {
         silent_stream_errors=True,
     ),
 }
+# The same server started with tool calls (real-model.sh start --tools).
+PROFILES["llama-cpp-tools"] = PROFILES["llama-cpp"].model_copy(
+    update={"name": "llama-cpp-tools", "streams_only_with_tools": True}
+)
 _FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _GRAMMAR_KEYWORDS = ("maxLength", "minLength", "pattern", "maxItems", "minItems")
 
@@ -330,6 +339,9 @@ class StandIn:
             if body.get("stream") and self.profile.silent_stream_errors:
                 return StreamingResponse(iter(()), media_type="text/event-stream")
             return JSONResponse({"error": {"message": why}}, status_code=status)
+        if body.get("stream") and self.profile.streams_only_with_tools and not body.get("tools"):
+            self._record(body, role, "empty stream", prompt_tokens)
+            return StreamingResponse(_role_only(model), media_type="text/event-stream")
         if self.cassette is not None:
             played = self._played_answer(body)
             if isinstance(played, str):
@@ -569,6 +581,19 @@ class StandIn:
         if schema is not None:
             return example_of(schema)
         return None
+
+
+def _role_only(model: str) -> Iterator[str]:
+    """A stream that says who speaks and ends: no content, no reason it ended."""
+    chunk = {
+        "id": "chatcmpl-empty",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}],
+    }
+    yield f"data: {json.dumps(chunk)}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 def load_scenario(path: Path) -> list[Rule]:

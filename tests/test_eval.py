@@ -1,0 +1,153 @@
+"""The task suite and its scorer: `longrun eval` on a stack of its own (real processes: a
+Temporal dev server, workers, the API, the stand-in), its checkers, its scores, and the
+proxy its chaos cuts the model server with."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from longrun.dev.stack import ServerThread
+from longrun.evals.fixture import Effect, Report
+from longrun.evals.proxy import CuttableProxy
+from longrun.evals.runner import Attempt, Fault, Outcome, scores
+from longrun.evals.tasks import Task, failures, load_tasks
+from tests.helpers import REPO
+
+SUITE = REPO / "evals"
+
+
+def test_the_suite_has_twenty_tasks_of_both_kinds_and_levels() -> None:
+    tasks = load_tasks(SUITE)
+    assert len(tasks) >= 20
+    assert {t.kind for t in tasks} == {"plan", "goal"}
+    assert {t.level for t in tasks} == {"easy", "hard"}
+    body = tasks[0].body("eval-m1", "http://fixture")
+    assert body["goal"].endswith("(eval-m1)") and body["labels"]["eval"] == tasks[0].name
+    filled = json.dumps([[t.body("m", "u"), t.script("m", "u")] for t in tasks])
+    assert "{{fixture}}" not in filled and "{{marker}}" not in filled
+
+
+def _run(**over: Any) -> dict[str, Any]:
+    run: dict[str, Any] = {
+        "run_id": "run-1",
+        "status": "completed",
+        "error": None,
+        "steps": [{"id": "a", "output": {"value": "answer: 42"}}],
+        "approvals": [{"approval_id": "x"}],
+        "pending_approvals": [],
+        "budget": {"limits": {"max_model_calls": {"limit": 2, "used": 2}}},
+    }
+    return {**run, **over}
+
+
+def test_checkers_find_what_a_run_did_not_do(tmp_path: Path) -> None:
+    (tmp_path / "out.txt").write_text("70\n")
+    task = Task.model_validate(
+        {
+            "name": "t",
+            "about": "t",
+            "level": "easy",
+            "run": {"goal": "g"},
+            "expect": {
+                "status": "completed",
+                "files": {"out.txt": {"equals": "70"}, "gone.txt": {"absent": True}},
+                "effects": {"order": [{"item": "fig"}]},
+                "fetched": ["GET /data/prices"],
+                "outputs": {"a": "answer: 42"},
+                "approvals": 1,
+                "within_budget": True,
+            },
+        }
+    )
+    seen = Report(
+        requests={},
+        by_run={"run-1": {"GET /data/prices": 1}},
+        effects=[
+            Effect(name="order", body={"item": "fig"}, key="run-1:t1"),
+            Effect(name="order", body={"item": "fig"}, key="run-2:t1"),  # another run's
+        ],
+        absorbed=0,
+        applied_twice=0,
+    )
+    assert failures(task, _run(), seen, tmp_path) == []
+    over = _run(status="failed", budget={"limits": {"max_model_calls": {"limit": 2, "used": 3}}})
+    empty = Report(requests={}, by_run={}, effects=[], absorbed=0, applied_twice=0)
+    (tmp_path / "gone.txt").write_text("here")
+    found = failures(task, over, empty, tmp_path)
+    assert [f.split(" ")[0] for f in found] == [
+        "status",
+        "file",
+        "effects",
+        "never",
+        "budget",
+    ], found
+
+
+def test_scores_are_pass_at_one_pass_at_k_and_the_rest() -> None:
+    attempts = [
+        Attempt("a", "plan", "easy", 1, "r1", "completed", True, duration_s=1, cost_usd=0.1),
+        Attempt("a", "plan", "easy", 2, "r2", "completed", True, duration_s=2, cost_usd=0.1),
+        Attempt("b", "goal", "hard", 1, "r3", "failed", False, duration_s=9, cost_usd=0.2),
+        Attempt("b", "goal", "hard", 2, "r4", "completed", True, duration_s=3, cost_usd=0.2),
+    ]
+    faults = [Fault("worker", 5, 1, 2.0), Fault("model", 9, 20, None)]
+    found = scores(Outcome({}, attempts, faults, {"applied_twice": 0}))
+    assert (found["pass^1"], found["pass^k"], found["passed"]) == (0.75, 0.5, 3)
+    assert found["cost_per_success_usd"] == 0.2
+    assert (found["time_p50_s"], found["time_p95_s"]) == (3, 9)
+    assert (found["faults"], found["recovery_max_s"], found["runs_not_recovered"]) == (2, 2.0, 1)
+    assert found["per_task"] == {"a": "2/2", "b": "1/2"}
+
+
+async def test_a_cut_proxy_drops_and_refuses_connections_until_it_is_back() -> None:
+    app = FastAPI()
+
+    @app.get("/ping")
+    async def ping() -> dict[str, bool]:
+        return {"ok": True}
+
+    with ServerThread(app) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        proxy = CuttableProxy("127.0.0.1", port)
+        await proxy.start()
+        url = f"http://127.0.0.1:{proxy.port}/ping"
+        try:
+            async with httpx.AsyncClient(timeout=5) as http:
+                assert (await http.get(url)).json() == {"ok": True}
+                proxy.set_cut(True)
+                try:
+                    await http.get(url)
+                    raise AssertionError("a cut proxy answered")
+                except httpx.TransportError:
+                    pass
+                proxy.set_cut(False)
+                assert (await http.get(url)).json() == {"ok": True}
+        finally:
+            await proxy.close()
+
+
+async def test_longrun_eval_scores_tasks_run_through_its_own_stack(tmp_path: Path) -> None:
+    picked = ["plan-order-approved", "plan-order-rejected", "goal-order", "plan-budget"]
+    argv = [sys.executable, "-m", "longrun.cli", "eval", str(SUITE), "--k", "2"]
+    argv += [a for name in picked for a in ("--task", name)] + ["--out", str(tmp_path)]
+    done = await asyncio.to_thread(
+        subprocess.run, argv, cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| standin-k2 |" in done.stdout
+    result = json.loads((tmp_path / "standin-k2.json").read_text())
+    found = result["scores"]
+    assert (found["tasks"], found["attempts"], found["pass^1"], found["pass^k"]) == (4, 8, 1.0, 1.0)
+    assert found["applied_twice"] == 0
+    # Two approved orders of each kind reached the fixture, once each; rejected ones never.
+    assert result["fixture"]["requests"] == {"POST /effects/order": 4}
+    statuses = {(a["task"], a["status"]) for a in result["attempts"]}
+    assert ("plan-budget", "cancelled") in statuses  # held at its budget, stopped there
