@@ -234,7 +234,6 @@ async def fork_run(
             "(model, models, replay_tools, plan_patch)",
         )
     handle, desc, inp = await _ended_run(client, caller, run_id, FINAL_RUN_STATUSES, "an ended run")
-    replay = await _recorded(client, run_id, inp) if body.replay_tools else None
     if inp.agent is not None:
         for name in ("plan_patch", "compensate"):
             if getattr(body, name):
@@ -249,6 +248,7 @@ async def fork_run(
             state = await _final_state(settings, run_id, desc, handle)
             guidance = f"{caller.name}: {body.guidance}" if body.guidance else None
             carry = _agent_carry(state, inp.agent, body.from_step, guidance)
+        replay = await _recorded(client, run_id, inp) if body.replay_tools else None
         return await _start_agent_again(
             client, settings, run_id, inp, carry, caller, "fork_of", replay
         )
@@ -289,6 +289,7 @@ async def fork_run(
         forked = _plan_on_model(forked, body.model, runs)
     forked = under_policy_in_force(forked, runs, policy, caller)
     undo = _calls_to_undo(inp.plan, again, done, run_id) if body.compensate else []
+    replay = await _recorded(client, run_id, inp) if body.replay_tools else None
     return await _start_again(
         client, settings, run_id, forked, kept, caller, "fork_of", undo, replay
     )
