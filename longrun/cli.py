@@ -362,7 +362,11 @@ def eval_suite(
         model=model,
         seed=seed,
     )
-    outcome = run_suite(tasks, options, typer.echo)
+    try:
+        outcome = run_suite(tasks, options, typer.echo)
+    except asyncio.CancelledError:  # SIGTERM: the stack is stopped, nothing is scored
+        typer.echo("longrun eval: stopped", err=True)
+        raise typer.Exit(143) from None
     found = scores(outcome)
     name = f"{model or 'standin'}-k{k}{'-chaos' if chaos else ''}"
     report.write_json(outcome, found, out / f"{name}.json")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import signal
 import statistics
 import tempfile
 import time
@@ -112,8 +113,8 @@ class Eval:
         """Start the stack, run every attempt (with chaos if asked), stop the stack."""
         with ServerThread(fixture_app(self.fixture)) as server:
             self.fixture_url = server.url
-            stack = await self._start_stack()
             try:
+                stack = await self._start_stack()
                 async with httpx.AsyncClient(base_url=stack.api_url, timeout=60) as api:
                     self.api = api
                     chaos = asyncio.create_task(self._chaos()) if self.options.chaos else None
@@ -122,7 +123,8 @@ class Eval:
                     if chaos is not None:
                         await chaos
             finally:
-                stack.stop()
+                if self.stack is not None:  # what of it started, even if not all did
+                    self.stack.stop()
                 if self.proxy is not None:
                     await self.proxy.close()
         self.outcome.fixture = self.fixture.report().model_dump(exclude={"effects"})
@@ -272,7 +274,7 @@ class Eval:
         assert self.stack is not None
         live = self.stack.live_workers()
         if live:
-            self.rng.choice(live).stop_with(9)  # SIGKILL
+            self.rng.choice(live).stop_with(signal.SIGKILL)
         await asyncio.sleep(self.rng.uniform(0.5, 3.0))
         await self.stack.start_worker()
 
@@ -324,8 +326,17 @@ def _fingerprint(run: dict[str, Any]) -> str:
 
 def run_suite(tasks: list[Task], options: Options, say: Callable[[str], None]) -> Outcome:
     """Run the suite on a stack of its own in a temporary directory; `say` hears progress."""
+
+    async def stoppable() -> Outcome:
+        # SIGTERM cancels the eval, which stops the stack's processes (their own sessions:
+        # nothing else would) before it ends.
+        main = asyncio.current_task()
+        assert main is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+        return await Eval(tasks, options, Path(tmp), say).run()
+
     with tempfile.TemporaryDirectory(prefix="longrun-eval-") as tmp:
-        return asyncio.run(Eval(tasks, options, Path(tmp), say).run())
+        return asyncio.run(stoppable())
 
 
 def scores(outcome: Outcome) -> dict[str, Any]:
