@@ -329,6 +329,10 @@ def eval_suite(
     ] = None,
     model: Annotated[str | None, typer.Option(help="the model to ask on --model-url")] = None,
     seed: Annotated[int, typer.Option(help="of the faults' moments and kinds")] = 0,
+    max_duration: Annotated[
+        float | None,
+        typer.Option(min=10, help="a time budget for every run: it fails once used up"),
+    ] = None,
     out: Annotated[Path, typer.Option(help="where the JSON and the plot go")] = Path(
         "eval-results"
     ),
@@ -361,6 +365,7 @@ def eval_suite(
         model_url=model_url,
         model=model,
         seed=seed,
+        max_duration_s=max_duration,
     )
     try:
         outcome = run_suite(tasks, options, typer.echo)

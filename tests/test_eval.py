@@ -31,6 +31,13 @@ def test_the_suite_has_twenty_tasks_of_both_kinds_and_levels() -> None:
     assert {t.level for t in tasks} == {"easy", "hard"}
     body = tasks[0].body("eval-m1", "http://fixture")
     assert body["goal"].endswith("(eval-m1)") and body["labels"]["eval"] == tasks[0].name
+    timed = {t.name: t.body("m", "u", max_duration_s=60)["budget"] for t in tasks}
+    assert timed["goal-hello"] == {"max_duration_s": 60, "on_budget_exhausted": "fail"}
+    assert timed["plan-budget"] == {
+        "max_model_calls": 2,
+        "max_duration_s": 60,
+        "on_budget_exhausted": "fail",
+    }
     filled = json.dumps([[t.body("m", "u"), t.script("m", "u")] for t in tasks])
     assert "{{fixture}}" not in filled and "{{marker}}" not in filled
 

@@ -50,6 +50,7 @@ class Options:
     model: str | None = None
     workers: int = 2
     seed: int = 0
+    max_duration_s: float | None = None  # a time budget for every run (fail when used up)
 
 
 @dataclass
@@ -176,7 +177,7 @@ class Eval:
         if self.options.model_url is None and task.standin:
             script = task.script(marker, self.fixture_url)
             await self._retrying("POST", f"{self.stack.standin_url}/_standin/rules", json=script)
-        body = task.body(marker, self.fixture_url)
+        body = task.body(marker, self.fixture_url, self.options.max_duration_s)
         started = time.monotonic()
         created = await self._retrying(
             "POST", "/v1/runs", json=body, headers={"Idempotency-Key": marker}

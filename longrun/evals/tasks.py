@@ -65,10 +65,19 @@ class Task(BaseModel):
         """Goal-only or planned."""
         return "plan" if "plan" in self.run else "goal"
 
-    def body(self, marker: str, fixture_url: str) -> dict[str, Any]:
-        """The run to submit for one attempt."""
+    def body(
+        self, marker: str, fixture_url: str, max_duration_s: float | None = None
+    ) -> dict[str, Any]:
+        """The run to submit for one attempt; with `max_duration_s`, it fails once it has
+        run that long (or sooner, if the task says so)."""
         body: dict[str, Any] = _filled(self.run, marker, fixture_url)
         body["goal"] = f"{body['goal']} ({marker})"
+        if max_duration_s is not None:
+            budget = body.setdefault("budget", {})
+            budget["max_duration_s"] = min(
+                budget.get("max_duration_s", max_duration_s), max_duration_s
+            )
+            budget["on_budget_exhausted"] = "fail"
         body.setdefault("labels", {})["eval"] = self.name
         return body
 
