@@ -378,8 +378,16 @@ class Endpoint:
         return answer
 
     async def _whole(self, request: dict[str, Any]) -> Answer:
+        sent = time.monotonic()
         completion = await self.client().chat.completions.create(**request)
-        return _answer(completion, request["model"], request)
+        answer = _answer(completion, request["model"], request)
+        self.paces.record_whole(
+            request["model"],
+            answer.usage.input_tokens,
+            answer.usage.output_tokens,
+            time.monotonic() - sent,
+        )
+        return answer
 
     async def structured(
         self,

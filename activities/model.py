@@ -46,6 +46,10 @@ RECALL_NOTES = 5  # journal notes offered to the actor per call
 # plan's JSON: a plan's `max_tokens` follows from the steps it may have.
 PLAN_STEP_TOKENS = 120
 PLAN_TOKENS = 200
+# The most steps a plan's `max_tokens` makes room for, however many turns are left: a small
+# model in JSON mode may write whitespace until the limit (5,000 tokens, three minutes on a
+# CPU server, for 40 steps), and a longer plan is cut and asked again for fewer.
+PLAN_STEPS_SIZED = 16
 # The share of its activity's timeout a model call plans to use: the rest is for reading
 # the prompt slower than expected.
 CALL_SHARE = 0.8
@@ -137,7 +141,8 @@ class ModelActivities:
         with reported_with_attempt() as attempt:
             wanted = self._settings.max_output_tokens.plan
             if req.max_steps is not None:
-                wanted = min(wanted, PLAN_TOKENS + PLAN_STEP_TOKENS * req.max_steps)
+                steps = min(req.max_steps, PLAN_STEPS_SIZED)
+                wanted = min(wanted, PLAN_TOKENS + PLAN_STEP_TOKENS * steps)
             text, answer = await self.endpoint.structured(
                 req.model,
                 [

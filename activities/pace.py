@@ -11,6 +11,9 @@ from dataclasses import dataclass
 NEWEST = 0.3
 # Calls that wrote fewer tokens than this say little about the writing pace.
 MIN_TOKENS_MEASURED = 8
+# How many times faster a model reads a prompt token than it writes one, assumed of a call
+# asked whole before any call showed the model's pace (about so on CPU servers).
+READ_OVER_WRITE = 10.0
 
 
 @dataclass
@@ -53,8 +56,22 @@ class Paces:
         written in `writing_s` after that."""
         if answer_tokens < MIN_TOKENS_MEASURED or first_token_s <= 0 or writing_s <= 0:
             return
-        read = max(prompt_tokens, 1) / first_token_s
-        write = answer_tokens / writing_s
+        self._learn(model, max(prompt_tokens, 1) / first_token_s, answer_tokens / writing_s)
+
+    def record_whole(
+        self, model: str, prompt_tokens: int, answer_tokens: int, seconds: float
+    ) -> None:
+        """Learn from a call asked whole, which shows only how long it took in all: split as
+        the pace known says (or, before one is, as reading READ_OVER_WRITE times faster than
+        writing), and slower or faster in proportion."""
+        if answer_tokens < MIN_TOKENS_MEASURED or seconds <= 0:
+            return
+        prompt_tokens = max(prompt_tokens, 1)
+        known = self._paces.get(model) or Pace(READ_OVER_WRITE, 1.0)
+        slower = seconds / known.seconds(prompt_tokens, answer_tokens)
+        self._learn(model, known.read_tps / slower, known.write_tps / slower)
+
+    def _learn(self, model: str, read: float, write: float) -> None:
         known = self._paces.get(model)
         if known is None:
             self._paces[model] = Pace(read, write)

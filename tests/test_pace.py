@@ -75,3 +75,17 @@ def test_a_pace_is_learned_from_calls_and_sizes_answers() -> None:
     assert pace.tokens_within(prompt_tokens=650, seconds=3.0) == 130
     assert pace.tokens_within(prompt_tokens=6500, seconds=3.0) == 0
     assert pace.seconds(prompt_tokens=650, answer_tokens=130) == 3.0
+
+
+def test_a_call_asked_whole_teaches_a_pace_by_its_total_time() -> None:
+    paces = Paces()
+    # Before any pace is known, reading is taken as ten times faster than writing:
+    # 1,000 prompt tokens and 100 written in 20 s is 100 read and 10 written a second.
+    paces.record_whole("m", prompt_tokens=1000, answer_tokens=100, seconds=20.0)
+    assert paces.get("m") == Pace(read_tps=100.0, write_tps=10.0)
+    # A call twice as slow as that pace says halves both rates (the newest weighs 0.3).
+    paces.record_whole("m", prompt_tokens=1000, answer_tokens=100, seconds=40.0)
+    pace = paces.get("m")
+    assert pace is not None and (pace.read_tps, pace.write_tps) == (85.0, 8.5)
+    paces.record_whole("m", prompt_tokens=1000, answer_tokens=3, seconds=40.0)
+    assert paces.get("m") == pace  # too short an answer to say how fast it writes
