@@ -46,10 +46,13 @@ RECALL_NOTES = 5  # journal notes offered to the actor per call
 # plan's JSON: a plan's `max_tokens` follows from the steps it may have.
 PLAN_STEP_TOKENS = 120
 PLAN_TOKENS = 200
-# The most steps a plan's `max_tokens` makes room for, however many turns are left: a small
+# A plan's `max_tokens` makes room for the steps the model writes in PLAN_WRITE_S at its
+# known pace, and for PLAN_STEPS_SIZED steps at least (or before its pace is known): a small
 # model in JSON mode may write whitespace until the limit (5,000 tokens, three minutes on a
-# CPU server, for 40 steps), and a longer plan is cut and asked again for fewer.
+# CPU server, for 40 steps). A longer plan is cut and asked again for fewer steps; a fast
+# server writes a plan of hundreds of steps in one call.
 PLAN_STEPS_SIZED = 16
+PLAN_WRITE_S = 60.0
 # The share of its activity's timeout a model call plans to use: the rest is for reading
 # the prompt slower than expected.
 CALL_SHARE = 0.8
@@ -140,9 +143,9 @@ class ModelActivities:
     async def _plan(self, req: PlanRequest) -> PlanAttempt:
         with reported_with_attempt() as attempt:
             wanted = self._settings.max_output_tokens.plan
+            sized = self._plan_steps_sized(req.model)
             if req.max_steps is not None:
-                steps = min(req.max_steps, PLAN_STEPS_SIZED)
-                wanted = min(wanted, PLAN_TOKENS + PLAN_STEP_TOKENS * steps)
+                wanted = min(wanted, PLAN_TOKENS + PLAN_STEP_TOKENS * min(req.max_steps, sized))
             text, answer = await self.endpoint.structured(
                 req.model,
                 [
@@ -159,13 +162,24 @@ class ModelActivities:
                 plan = AgentPlan.model_validate(structured.parse_json(text))
             except ValueError as exc:  # pydantic's ValidationError is a ValueError
                 if answer.finish_reason == "length":  # ask again for less, not again whole
-                    return PlanAttempt(
-                        error=_cut_short(text, usage.output_tokens, req),
-                        usage=usage,
-                        attempt=attempt,
-                    )
+                    capped = req.max_steps is not None and req.max_steps > sized
+                    if capped and self._plan_steps_sized(req.model) > sized:
+                        # Cut by the room made before the model's pace was known, which
+                        # this call showed: the next has room for more steps.
+                        error = _cut_before_pace(usage.output_tokens)
+                    else:
+                        error = _cut_short(text, usage.output_tokens, req)
+                    return PlanAttempt(error=error, usage=usage, attempt=attempt)
                 return PlanAttempt(error=_explain(exc, text), usage=usage, attempt=attempt)
             return PlanAttempt(plan=plan, usage=usage, attempt=attempt)
+
+    def _plan_steps_sized(self, model: str) -> int:
+        """How many steps a plan's `max_tokens` makes room for on this model."""
+        pace = self.endpoint.paces.get(model)
+        if pace is None:
+            return PLAN_STEPS_SIZED
+        written = int(pace.write_tps * PLAN_WRITE_S) - PLAN_TOKENS
+        return max(PLAN_STEPS_SIZED, written // PLAN_STEP_TOKENS)
 
     @activity.defn(name="model.act")
     async def act(self, req: ActRequest) -> ActResult:
@@ -341,6 +355,14 @@ def _cut_short(text: str, tokens: int, req: PlanRequest) -> str:
     return (
         f"the answer was cut off after {tokens} tokens, the most this call could write: "
         f"plan fewer steps (at most {fewer}), with short intents and evidence"
+    )
+
+
+def _cut_before_pace(tokens: int) -> str:
+    """Why a plan cut off before the model's pace was known is asked again as it was."""
+    return (
+        f"the answer was cut off after {tokens} tokens, the most a call could write before "
+        "this model's pace was known; the next call has room for more steps"
     )
 
 

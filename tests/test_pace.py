@@ -61,6 +61,32 @@ async def test_a_plan_cut_short_is_asked_again_for_fewer_steps_within_the_pace(
     await api.post(f"/v1/runs/{run_id}/cancel")
 
 
+async def test_a_long_plan_cut_before_the_pace_was_known_is_asked_again_with_more_room(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    marker = "pace-unknown"
+    steps = [(f"s{i:02}", f"Chore number {i} of a long job, done with care") for i in range(60)]
+    standin.scenario([{"match": marker, "role": "plan", "json": plan(*steps)}])
+    run_id = await start(
+        api,
+        goal=f"{marker}: sixty chores",
+        tools=[],
+        max_steps=100,
+        models={"planner": "planner-never-called-before"},
+    )
+    await wait_run(run_id, lambda r: r["phase"] != "planning")
+    first, second = standin.calls(marker, role="plan")[:2]
+    # Before the model's pace is known a plan has room for 16 steps; the 60-step answer is
+    # cut there, and the call showed a pace that writes far more in a minute.
+    assert first["max_tokens"] == 200 + 120 * 16
+    asked = second["messages"][-1]["content"]
+    assert "before this model's pace was known" in asked and "fewer" not in asked, asked
+    assert second["max_tokens"] == 200 + 120 * 100
+    run = (await api.get(f"/v1/runs/{run_id}")).json()
+    assert len(run["plan"]) == 60, run
+    await api.post(f"/v1/runs/{run_id}/cancel")
+
+
 def test_a_pace_is_learned_from_calls_and_sizes_answers() -> None:
     paces = Paces()
     assert paces.get("m") is None
