@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -374,3 +375,32 @@ async def test_a_model_the_server_does_not_list_is_named_at_start(
     gone = settings.model_copy(update={"openai_base_url": "http://127.0.0.1:9/v1"})
     unreachable = await model_problem(gone)
     assert unreachable is not None and "127.0.0.1:9" in unreachable
+
+
+def test_a_scripted_answer_follows_where_the_conversation_stands(standin: StandIn) -> None:
+    # Rules keyed on how many tool results the messages hold answer a call asked again
+    # (its first answer lost with a killed worker) as they answered it the first time.
+    standin.scenario(
+        [
+            {"match": "conv", "tool_results": 0, "tool_calls": [{"name": "note"}]},
+            {"match": "conv", "tool_results": 1, "reply": "done"},
+        ]
+    )
+    tools = [{"type": "function", "function": {"name": "note", "parameters": {}}}]
+    asked = [{"role": "user", "content": "conv"}]
+    called = {"role": "assistant", "content": None, "tool_calls": [_call("c1")]}
+    answered = [*asked, called, {"role": "tool", "tool_call_id": "c1", "content": "{}"}]
+
+    def answer(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        body = {"model": "m", "messages": messages, "tools": tools}
+        response = httpx.post(f"{standin.url}/v1/chat/completions", json=body)
+        message: dict[str, Any] = response.json()["choices"][0]["message"]
+        return message
+
+    for _ in range(2):
+        assert answer(asked)["tool_calls"][0]["function"]["name"] == "note"
+        assert answer(answered)["content"] == "done"
+
+
+def _call(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "note", "arguments": "{}"}}

@@ -52,6 +52,12 @@ class Rule(BaseModel):
     match: str | list[str] | None = None
     role: Role | None = None
     times: int | None = Field(None, ge=1, description="apply this many times; unset = always")
+    tool_results: int | None = Field(
+        None,
+        ge=0,
+        description="apply only to a call whose messages hold this many tool results: where "
+        "the conversation stands, so a call asked again gets the same answer",
+    )
     probability: float | None = Field(
         None, gt=0, le=1, description="apply to a matching call only with this chance"
     )
@@ -285,10 +291,12 @@ class StandIn:
             self._played[key] = n + 1
         return found[min(n, len(found) - 1)].response
 
-    def _take_rule(self, text: str, role: Role) -> Rule | None:
+    def _take_rule(self, text: str, role: Role, results: int) -> Rule | None:
         with self._lock:
             for rule in self.rules:
                 if rule.role not in (None, role):
+                    continue
+                if rule.tool_results not in (None, results):
                     continue
                 needles = [rule.match] if isinstance(rule.match, str) else rule.match or []
                 if not all(needle in text for needle in needles):
@@ -359,7 +367,8 @@ class StandIn:
             if rule.reply is None and not rule.tool_calls:
                 rule.reply = ""
         else:
-            rule = self._take_rule(text, role) or Rule()
+            results = sum(1 for m in messages if m.get("role") == "tool")
+            rule = self._take_rule(text, role, results) or Rule()
         # Recorded on arrival: a caller that times out on a slow answer still made the call.
         if rule.malformed:
             outcome = "malformed"

@@ -8,6 +8,7 @@ model server cut off. Each ended run is checked by its task's checkers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import signal
@@ -22,6 +23,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from temporalio.client import Client
+from temporalio.service import RPCError
 
 from longrun.dev.processes import Stack
 from longrun.dev.stack import ServerThread, free_port
@@ -35,6 +38,9 @@ POLL_S = 1.0  # how often each attempt in flight is read
 FAULT_GAP_S = (2.0, 10.0)
 FAULT_KINDS = ["worker", "temporal", "model"]  # between one fault's recovery and the next fault
 RECOVERY_LIMIT_S = 300.0
+# How long a run cancelled at its timeout may take to end before the eval terminates it in
+# Temporal and scores it "stuck" (a run whose workflow tasks keep failing never ends).
+CANCEL_GRACE_S = 120.0
 STANDIN_CHAOS_READ_TPS = 400.0  # prompt tokens a second: an agent's call takes seconds
 
 
@@ -194,6 +200,12 @@ class Eval:
             self.open.pop(attempt.run_id, None)
         attempt.duration_s = round(time.monotonic() - started, 1)
         attempt.status = run["status"]
+        if attempt.status == "stuck":
+            attempt.failures = [
+                f"did not end within {self.options.timeout_s:g} s, nor once cancelled; "
+                f"terminated: {run['error']}"
+            ]
+            return
         attempt.cost_usd = run["usage"]["cost_usd"]
         attempt.model_calls = run["usage"]["model_calls"]
         workspace = self._tmp / "data" / "runs" / run["run_id"] / "workspace"
@@ -205,12 +217,13 @@ class Eval:
 
     async def _follow(self, task: Task, run_id: str, started: float) -> dict[str, Any]:
         """Poll the run until it ends, answering its approvals as the task says; cancel it
-        once it outlives the timeout."""
+        once it outlives the timeout, and terminate it if it does not end even then (its
+        status is then "stuck", with the API's last word on it)."""
         cancelled = timed_out = False
+        said = "the API did not answer"
         while True:
-            answer = await self._retrying("GET", f"/v1/runs/{run_id}")
-            if answer.status_code == 200:
-                run: dict[str, Any] = answer.json()
+            run, said = await self._read(run_id, said)
+            if run is not None:
                 if run["status"] in ENDED:
                     if timed_out:
                         run["error"] = "eval timeout"
@@ -227,10 +240,33 @@ class Eval:
                         f"/v1/runs/{run_id}/approvals/{asked['approval_id']}",
                         json={"decision": decision, "comment": "the eval's answer"},
                     )
-            if not cancelled and time.monotonic() - started > self.options.timeout_s:
+            waited = time.monotonic() - started
+            if not cancelled and waited > self.options.timeout_s:
                 await self._retrying("POST", f"/v1/runs/{run_id}/cancel")
                 cancelled = timed_out = True
+            if timed_out and waited > self.options.timeout_s + CANCEL_GRACE_S:
+                await self._terminate(run_id, said)
+                return {"run_id": run_id, "status": "stuck", "error": said}
             await asyncio.sleep(POLL_S)
+
+    async def _read(self, run_id: str, said: str) -> tuple[dict[str, Any] | None, str]:
+        """The run as the API shows it, or None and why not (the stack may be recovering
+        from a fault, or the run's workflow tasks failing)."""
+        try:
+            answer = await self.api.get(f"/v1/runs/{run_id}")
+        except httpx.HTTPError:  # what it said last is still the best reason
+            return None, said
+        if answer.status_code != 200:
+            return None, f"{answer.status_code} {answer.text[:300]}"
+        run: dict[str, Any] = answer.json()
+        return run, said
+
+    async def _terminate(self, run_id: str, why: str) -> None:
+        """End a run that cancelling did not end, in Temporal itself."""
+        assert self.stack is not None
+        client = await Client.connect(self.stack.temporal.address)
+        with contextlib.suppress(RPCError):  # it ended meanwhile
+            await client.get_workflow_handle(run_id).terminate(f"eval: stuck ({why})"[:1000])
 
     async def _retrying(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         """A request of the API (or stand-in), tried again while the stack recovers."""
