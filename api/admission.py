@@ -156,13 +156,19 @@ def run_details(inp: RunInput) -> str:
 
 def run_search_attributes(inp: RunInput) -> TypedSearchAttributes:
     """What a run is found by from its start: its status (running), its labels, the run
-    it retries or forks."""
-    return start_attributes(inp.labels, inp.reuse.run_id if inp.reuse else None, inp.tenant)
+    it retries or forks, and the progress its first publish would show (a plan: acting,
+    none of its steps done; a goal-only run: planning, none planned)."""
+    progress = ("acting", len(inp.plan.steps)) if inp.plan is not None else ("planning", 0)
+    return start_attributes(
+        inp.labels, inp.reuse.run_id if inp.reuse else None, inp.tenant, progress
+    )
 
 
 def run_memo(inp: RunInput, **more: Any) -> dict[str, Any]:
-    """What a run's memo holds from its start: its goal, labels and owner (and `more`)."""
-    return start_memo(inp.goal, inp.labels, inp.owner, inp.tenant, **more)
+    """What a run's memo holds from its start: its goal, labels and owner (and `more`), and
+    the changes it starts with (longrun.wire.STARTED_WITH)."""
+    started_with = {wire.STARTED_WITH_MEMO: list(wire.STARTED_WITH)}
+    return start_memo(inp.goal, inp.labels, inp.owner, inp.tenant, **more, **started_with)
 
 
 def fresh_id(prefix: str, namespace: uuid.UUID, caller: str, key: str | None) -> str:

@@ -15,6 +15,8 @@ their own detail as they go; one that breaks is reported and the others still ru
   (bench/memory.py);
 - context: prompt size over a long agent job (bench/context_growth.py);
 - sandbox: a confined `shell` call and step against an unconfined one (bench/sandbox.py);
+- billing: history events and Temporal Cloud actions per step, and dollars per 1,000 steps
+  (bench/billing.py);
 - under faults: agent runs completed when calls fail (bench/agent_faults.py), and completion
   against run length at three fault rates and with worker kills (bench/fault_curve.py), drawn
   to docs/fault-curve.png by the full suite.
@@ -48,6 +50,7 @@ if str(_HERE.parent) not in sys.path:
     sys.path.insert(0, str(_HERE.parent))
 
 import agent_faults  # noqa: E402
+import billing  # noqa: E402
 import context_growth  # noqa: E402
 import fault_curve  # noqa: E402
 import memory  # noqa: E402
@@ -73,6 +76,7 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"runs": 4, "rates": [0.10], "steps": 5, "tools_per_step": 3},
     ),
     "sandbox": ({"calls": 40, "rounds": 5, "steps": 20}, {"calls": 20, "rounds": 3, "steps": 10}),
+    "billing": ({"step_counts": [4, 20, 100]}, {"step_counts": [4, 20]}),
     "curve": (
         {"steps": [10, 50, 100, 200], "rates": [0.01, 0.05, 0.10], "runs": 10, "kill_every": 15.0},
         {"steps": [10, 50, 100], "rates": [0.01, 0.05, 0.10], "runs": 4, "kill_every": 10.0},
@@ -117,6 +121,12 @@ def _sandbox(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
     return sandbox.figures(result)
 
 
+def _billing(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
+    result = asyncio.run(billing.measure(**size))
+    billing.report(result)
+    return billing.figures(result)
+
+
 def _curve(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
     points, kills = asyncio.run(fault_curve.measure(seed=0, **size))
     fault_curve.report(points, kills)
@@ -134,6 +144,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any], dict[str, Any]], list[Figure]]] = 
     "context": _context,
     "faults": _faults,
     "sandbox": _sandbox,
+    "billing": _billing,
     "curve": _curve,
 }
 
@@ -152,8 +163,11 @@ def _commit() -> str | None:
     return found.stdout.strip()
 
 
-def run(sections: list[str], quick: bool, plot: Path | None, results: Path) -> None:
-    """Run the sections, print their detail and then the one table, and keep the figures."""
+def run(
+    sections: list[str], quick: bool, plot: Path | None, results: Path, partial: bool = False
+) -> None:
+    """Run the sections, print their detail and then the one table, and keep the figures
+    (`partial`: beside those of the sections not run, as `results` has them)."""
     out: dict[str, Any] = {
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "quick": quick,
@@ -184,6 +198,12 @@ def run(sections: list[str], quick: bool, plot: Path | None, results: Path) -> N
     if out["failed"]:
         print(f"\nsections that failed: {', '.join(out['failed'])}")
     out["figures"] = [f.as_json() for f in figures]
+    kept = json.loads(results.read_text()) if partial and results.exists() else None
+    if kept is not None and kept.get("quick") == quick:
+        # The other sections' figures stay as last measured (by a suite of the same size).
+        mine = {f.section for f in figures}
+        out["figures"] = [f for f in kept["figures"] if f["section"] not in mine] + out["figures"]
+        out["seconds"] = {**kept.get("seconds", {}), **out["seconds"]}
     results.write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nfigures kept in {results}")
 
@@ -204,7 +224,7 @@ def main() -> None:
     # Retried attempts are logged as warnings by the workers; the tables say it all.
     for name in ("temporalio", "longrun.activity"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    run(sections, args.quick, plot, args.json)
+    run(sections, args.quick, plot, args.json, partial=bool(args.only))
 
 
 if __name__ == "__main__":

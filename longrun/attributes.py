@@ -20,6 +20,16 @@ RETRY_OF_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunRetryOf")
 # The tenant of the key that started the run (unset: no tenant); lists filter by it.
 TENANT_ATTRIBUTE = SearchAttributeKey.for_keyword("LongrunTenant")
 
+# A run's progress, in the order of workflows.status.Progress's fields.
+PROGRESS_KEYS: tuple[SearchAttributeKey[Any], ...] = (
+    STATUS_ATTRIBUTE,
+    PHASE_ATTRIBUTE,
+    STEPS_DONE_ATTRIBUTE,
+    STEPS_TOTAL_ATTRIBUTE,
+    COST_ATTRIBUTE,
+    PENDING_ATTRIBUTE,
+)
+
 _KEYS: list[SearchAttributeKey[Any]] = [
     STATUS_ATTRIBUTE,
     LABELS_ATTRIBUTE,
@@ -50,15 +60,28 @@ def search_attribute_flags() -> list[str]:
 
 
 def start_attributes(
-    labels: dict[str, str], retry_of: str | None = None, tenant: str | None = None
+    labels: dict[str, str],
+    retry_of: str | None = None,
+    tenant: str | None = None,
+    progress: tuple[str, int] | None = None,
 ) -> TypedSearchAttributes:
     """What a run is found by from its start: its status (running), its labels, its
-    tenant if it has one and, for a retry or fork, the run it starts again."""
+    tenant if it has one, for a retry or fork the run it starts again and, given its
+    `progress` (phase and steps planned), the rest of the progress it starts with."""
     listed = [f"{k}:{v}" for k, v in sorted(labels.items())]
     pairs: list[SearchAttributePair[Any]] = [
         SearchAttributePair(STATUS_ATTRIBUTE, "running"),
         SearchAttributePair(LABELS_ATTRIBUTE, listed),
     ]
+    if progress is not None:
+        phase, total = progress
+        pairs += [
+            SearchAttributePair(PHASE_ATTRIBUTE, phase),
+            SearchAttributePair(STEPS_DONE_ATTRIBUTE, 0),
+            SearchAttributePair(STEPS_TOTAL_ATTRIBUTE, total),
+            SearchAttributePair(COST_ATTRIBUTE, 0.0),
+            SearchAttributePair(PENDING_ATTRIBUTE, 0),
+        ]
     if retry_of is not None:
         pairs.append(SearchAttributePair(RETRY_OF_ATTRIBUTE, retry_of))
     if tenant is not None:

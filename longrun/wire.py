@@ -20,6 +20,25 @@ DECIDE = "decide"
 # Signal: a child run's report to its parent (longrun.contracts.ChildReport).
 CHILD = "child"
 
+# Memo: the changes a run starts with, named by the API that starts it: the workflow takes
+# them as recorded at its start, with no marker of their own (workflows/common.py).
+# Unversioned workers must be deployed before an API that names a new change.
+STARTED_WITH_MEMO = "started_with"
+BASELINE_CHANGE = "baseline-2026-12"  # every change up to it (workflows/common.py)
+PROGRESS_AT_START_CHANGE = "progress-at-start"  # progress attributes set at start
+PROGRESS_BY_COUNT_CHANGE = "progress-by-count"  # published by changes, not by time
+ONE_MEMO_AT_END_CHANGE = "one-memo-at-end"  # figures and final record in one upsert
+STARTED_WITH = (
+    BASELINE_CHANGE,
+    # Changes after the baseline, each behind `workflow.patched()` for runs started before.
+    "agent-watchdog",
+    "continued-said-by-next-segment",
+    "hand-over-to-current-version",
+    PROGRESS_AT_START_CHANGE,
+    PROGRESS_BY_COUNT_CHANGE,
+    ONE_MEMO_AT_END_CHANGE,
+)
+
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):
 # {"status": RunState, "audit"?: AuditTrail, "steps"?: {step id: StepState}}.
 FINAL_RECORD_MEMO = "final_record"

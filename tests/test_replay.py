@@ -2,8 +2,9 @@
 
 Histories saved under tests/histories/ guard running jobs against workflow code changes:
 those of runs started before the baseline patch (workflows/common.py), with one marker per
-change, under before-baseline/; those of runs started since, with the baseline's one marker,
-beside it.
+change, under before-baseline/; those of runs started with the baseline's one marker under
+before-started-with/; those of runs started since, whose memo names the changes they start
+with (`started_with`) and which record no marker for them, beside them.
 After a deliberate, `workflow.patched()`-guarded change, record new ones beside the old
 with `LONGRUN_RECORD_HISTORIES=1 pytest tests/test_replay.py` (existing files are kept;
 rename them first to add a history from new code beside the old ones).

@@ -132,6 +132,46 @@ async def test_the_web_ui_can_filter_runs_by_progress(
     assert 2 <= len(upserts) <= 6, upserts
 
 
+async def test_a_run_starts_showing_its_progress_and_records_no_patch_marker(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    steps = [{"id": f"s{i}", "tool": "echo", "args": {"value": i}} for i in range(3)]
+    run_id = await submit(api, steps)
+    handle = client.get_workflow_handle(run_id)
+    described = await handle.describe()
+    assert "progress-at-start" in await described.memo_value("started_with", [])
+    assert (await wait_run(run_id))["status"] == "completed"
+    events = [e async for e in handle.fetch_history_events()]
+    first = events[0].workflow_execution_started_event_attributes.search_attributes
+    assert set(first.indexed_fields) >= {
+        "LongrunStatus",
+        "LongrunPhase",
+        "LongrunStepsDone",
+        "LongrunStepsTotal",
+        "LongrunCostUsd",
+        "LongrunPendingApprovals",
+    }
+    # Started with the baseline (its memo says so): no marker, no TemporalChangeVersion.
+    markers = [e.marker_recorded_event_attributes.marker_name for e in events]
+    assert "core_patch" not in markers, markers
+    upserted = [
+        set(e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+    ]
+    # What it started showing is not published again: only what changed, at its end.
+    assert upserted and all("LongrunStepsTotal" not in fields for fields in upserted), upserted
+    assert all("TemporalChangeVersion" not in fields for fields in upserted), upserted
+    assert await _attributes(client, run_id) == {
+        "status": "completed",
+        "phase": "acting",
+        "done": 3,
+        "total": 3,
+        "pending": 0,
+        "cost": 0.0,
+    }
+
+
 class Flaky:
     """A local HTTP service whose paths fail a set number of times before answering."""
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from longrun import wire
 from longrun.contracts import (
     ApprovalDecision,
     Budget,
@@ -19,8 +20,9 @@ from longrun.contracts import (
     RunStatusName,
     Step,
 )
+from workflows.agent.watchdog import WATCHDOG_PATCH
 from workflows.common import StepFailed
-from workflows.handover import HandOver
+from workflows.handover import CONTINUED_IN_NEXT_PATCH, MOVE_TO_CURRENT_PATCH, HandOver
 from workflows.parts import RunParts
 from workflows.status import PROGRESS_EVERY, Progress, ProgressGate
 from workflows.steps import LISTED_OUTPUT_CHARS
@@ -336,3 +338,53 @@ def test_progress_is_published_at_once_for_what_people_filter_on_and_sparingly_o
         "LongrunStepsDone",
         "LongrunPendingApprovals",
     ]
+
+
+def test_progress_a_run_started_showing_is_not_published_again() -> None:
+    clock = FakeClock()
+    start = Progress("running", "planning", 0, 0, 0.0, 0)
+    gate = ProgressGate(start, clock.now)
+
+    def names(progress: Progress, final: bool = False) -> list[str]:
+        return [u.key.name for u in gate.updates(progress, clock.now, final)]
+
+    assert names(start) == []
+    # What changed is published when due, as if the start had been published then.
+    assert names(Progress("running", "acting", 0, 3, 0.0, 0)) == []
+    clock.advance(PROGRESS_EVERY.total_seconds())
+    assert names(Progress("running", "acting", 1, 3, 0.0, 0)) == [
+        "LongrunPhase",
+        "LongrunStepsDone",
+        "LongrunStepsTotal",
+    ]
+    assert names(Progress("paused", "acting", 1, 3, 0.0, 0)) == ["LongrunStatus"]
+
+
+def test_progress_counted_is_published_every_so_many_changes_whatever_the_time() -> None:
+    clock = FakeClock()
+    gate = ProgressGate(Progress("running", "acting", 0, 50, 0.0, 0), clock.now, every_changes=3)
+
+    def names(progress: Progress, final: bool = False) -> list[str]:
+        return [u.key.name for u in gate.updates(progress, clock.now, final)]
+
+    clock.advance(3600)  # time does not make progress due
+    assert names(Progress("running", "acting", 1, 50, 0.0, 0)) == []
+    assert names(Progress("running", "acting", 1, 50, 0.0, 0)) == []  # no change: not counted
+    assert names(Progress("running", "acting", 2, 50, 0.0, 0)) == []
+    assert names(Progress("running", "acting", 3, 50, 0.0, 0)) == ["LongrunStepsDone"]
+    assert names(Progress("running", "acting", 4, 50, 0.0, 0)) == []
+    # Status is published at once, with the count started again.
+    assert names(Progress("paused", "acting", 5, 50, 0.0, 0)) == [
+        "LongrunStatus",
+        "LongrunStepsDone",
+    ]
+    assert names(Progress("paused", "acting", 6, 50, 0.0, 0)) == []
+    assert names(Progress("completed", "acting", 7, 50, 0.0, 0), final=True) == [
+        "LongrunStatus",
+        "LongrunStepsDone",
+    ]
+
+
+def test_runs_the_api_starts_name_every_change_after_the_baseline() -> None:
+    for change in (WATCHDOG_PATCH, CONTINUED_IN_NEXT_PATCH, MOVE_TO_CURRENT_PATCH):
+        assert change in wire.STARTED_WITH, change

@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
+    from longrun import wire
     from longrun.attributes import STATUS_ATTRIBUTE
     from longrun.contracts import RetrySpec
     from longrun.policy import Policy
@@ -94,7 +95,7 @@ def failure_of(exc: ActivityError) -> tuple[str, int]:
 # upsert) instead of one of each per change; a run started before it replays the markers it
 # recorded, change by change, as it always did. A change made after the baseline calls
 # `workflow.patched()` itself: a run started between the two has the baseline, not it.
-BASELINE_PATCH = "baseline-2026-12"
+BASELINE_PATCH = wire.BASELINE_CHANGE
 BASELINE_CHANGES = frozenset(
     {
         "activity-ids",
@@ -119,12 +120,27 @@ BASELINE_CHANGES = frozenset(
 )
 
 
+def started_with(change: str) -> bool:
+    """Whether the run was started with `change` (named in its memo by the API that started
+    it; a hand-over's next segment keeps its memo): true from its start, with no marker."""
+    named = workflow.memo_value(wire.STARTED_WITH_MEMO, default=[], type_hint=list[str])
+    return change in named
+
+
+def changed(change: str) -> bool:
+    """`workflow.patched(change)` for a change after the baseline: true at once, with no
+    marker, for runs started with it (longrun.wire.STARTED_WITH)."""
+    return started_with(change) or workflow.patched(change)
+
+
 def patched(change: str) -> bool:
     """`workflow.patched(change)` for a change of BASELINE_CHANGES: true at once for runs
-    started with the baseline."""
+    started with the baseline, by their memo or else by its marker."""
     if change not in BASELINE_CHANGES:
         raise ValueError(f"{change!r} came after the baseline: use workflow.patched()")
-    return workflow.patched(BASELINE_PATCH) or workflow.patched(change)
+    return (
+        started_with(BASELINE_PATCH) or workflow.patched(BASELINE_PATCH) or workflow.patched(change)
+    )
 
 
 def version() -> str | None:

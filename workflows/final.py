@@ -23,13 +23,21 @@ FINAL_RECORD_PATCH = "final-record"
 FINAL_RECORD_MAX_BYTES = 1024 * 1024  # as one `artifacts.keep` call's batch
 
 
-async def record_final(parts: RunParts) -> None:
-    """Store the run as it ended and name the record in the memo."""
-    if not patched(FINAL_RECORD_PATCH):
-        return
+async def record_final(parts: RunParts, memo: dict[str, Any]) -> None:
+    """Store the run as it ended and name the record in the memo, in one upsert with
+    `memo` (what else the memo is to hold as the run ends)."""
+    kept = await _keep(parts) if patched(FINAL_RECORD_PATCH) else None
+    if kept is not None:
+        memo = {**memo, wire.FINAL_RECORD_MEMO: kept}
+    if memo:
+        workflow.upsert_memo(memo)
+
+
+async def _keep(parts: RunParts) -> str | None:
+    """Store the run's final record; its artifact reference (None: nothing stored)."""
     record = _record(parts)
     if record is None:
-        return
+        return None
     try:
         # A local activity: its input (the record) stays out of history, only the reference
         # it returns is recorded.
@@ -43,8 +51,9 @@ async def record_final(parts: RunParts) -> None:
         )
     except ActivityError as exc:  # the run has ended all the same; reads replay it
         workflow.logger.warning("final record not stored: %s", exc.cause or exc)
-        return
-    workflow.upsert_memo({wire.FINAL_RECORD_MEMO: kept["record"]["artifact"]})
+        return None
+    reference: str = kept["record"]["artifact"]
+    return reference
 
 
 def _record(parts: RunParts) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 from temporalio import workflow
 
 from workflows import stored
-from workflows.common import patched
+from workflows.common import changed, patched
 from workflows.parts import RunParts
 from workflows.steps import AGENT_STEPS_KEPT, LISTED_OUTPUT_CHARS, OPEN, PREVIEW_CHARS, listed
 
@@ -70,7 +70,7 @@ class HandOver:
             or info.is_continue_as_new_suggested()
             or (
                 info.is_target_worker_deployment_version_changed()
-                and workflow.patched(MOVE_TO_CURRENT_PATCH)
+                and changed(MOVE_TO_CURRENT_PATCH)
             )
         )
 
@@ -89,7 +89,7 @@ class HandOver:
         self._parts.audit.record(
             "longrun", "continued as new", f"segment {self.segment + 1}", event=False
         )
-        said_by_next = workflow.patched(CONTINUED_IN_NEXT_PATCH)
+        said_by_next = changed(CONTINUED_IN_NEXT_PATCH)
         if not said_by_next:
             self._parts.events.emit("run.continued", segment=self.segment + 1)
         await self._archive_events()

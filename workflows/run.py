@@ -19,7 +19,7 @@ from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
 from workflows.agent import AgentLoop
-from workflows.common import StepFailed, patched
+from workflows.common import StepFailed, patched, started_with
 from workflows.final import record_final
 from workflows.handover import HandOver
 from workflows.ledger import Ledger
@@ -264,8 +264,8 @@ class RunWorkflow:
             compensate = exc.compensate or inp.on_failure == "compensate"
             await self._end("failed", str(exc), compensate)
             raise ApplicationError(str(exc), type="RunFailed", non_retryable=True) from None
-        self._finish("completed", None)
-        await record_final(p)
+        ending = self._finish("completed", None)
+        await record_final(p, ending)
         await p.webhooks.settle()
         await p.children.settle()
         await p.reporting.final(p.undo.calls)
@@ -320,13 +320,15 @@ class RunWorkflow:
                 outcome = await p.undo.compensate(p.calls, p.ledger)
                 p.status.result = outcome.model_dump()
         finally:
-            self._finish(status, error)
-        await record_final(p)
+            ending = self._finish(status, error)
+        await record_final(p, ending)
         await p.webhooks.settle()
         await p.children.settle()
         await p.reporting.final([] if compensate else p.undo.calls)
 
-    def _finish(self, status: RunStatusName, error: str | None) -> None:
+    def _finish(self, status: RunStatusName, error: str | None) -> dict[str, Any]:
+        """Record the run's end; returns what its memo is still to hold (runs started with
+        `one-memo-at-end` write it with the final record, in one upsert)."""
         p = self._p
         p.status.status = status
         p.status.error = error
@@ -334,22 +336,25 @@ class RunWorkflow:
         p.audit.record("longrun", status, error, event=False)
         p.events.emit("run.ended", status=status, error=error)
         _count_end(status, p.events.figures, p.ledger.usage.cost_usd, p.ledger.elapsed_s())
+        ending: dict[str, Any] = {}
         if patched(FIGURES_MEMO_PATCH):
             # Where task metrics read an ended run's figures without replaying it.
-            workflow.upsert_memo(
-                {
-                    "outcome": status,
-                    "figures": p.events.figures.model_dump(),
-                    "cost_usd": p.ledger.usage.cost_usd,
-                    "duration_s": round(p.ledger.elapsed_s(), 3),
-                }
-            )
+            ending = {
+                "outcome": status,
+                "figures": p.events.figures.model_dump(),
+                "cost_usd": p.ledger.usage.cost_usd,
+                "duration_s": round(p.ledger.elapsed_s(), 3),
+            }
+            if not started_with(wire.ONE_MEMO_AT_END_CHANGE):
+                workflow.upsert_memo(ending)
+                ending = {}
         p.approvals.close()
         if self._agent is not None:
             self._agent.state.close(failed=status == "failed")
         p.steps.cancel_open()
         p.status.publish(final=True)
         p.refresh()
+        return ending
 
 
 def _count_end(status: str, figures: RunFigures, cost_usd: float, duration_s: float) -> None:

@@ -3,16 +3,16 @@ status search attribute, kept current as the run moves."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
+from temporalio.common import SearchAttributeUpdate
 
 from workflows.approvals import Approvals
 from workflows.children import Children
-from workflows.common import patched, searchable, version
+from workflows.common import patched, searchable, started_with, version
 from workflows.events import EventLog
 from workflows.ledger import Ledger
 from workflows.steps import (
@@ -25,14 +25,8 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from longrun.attributes import (
-        COST_ATTRIBUTE,
-        PENDING_ATTRIBUTE,
-        PHASE_ATTRIBUTE,
-        STATUS_ATTRIBUTE,
-        STEPS_DONE_ATTRIBUTE,
-        STEPS_TOTAL_ATTRIBUTE,
-    )
+    from longrun import wire
+    from longrun.attributes import PROGRESS_KEYS, STATUS_ATTRIBUTE
     from longrun.contracts import LIVE_RUN_STATUSES, RunInput, RunState, RunStatusName
 
 STATUS_OUTPUT_CHARS = 500_000  # of all outputs in status together
@@ -42,6 +36,8 @@ PROGRESS_PATCH = "progress-attributes"
 # often (and whenever status or pending approvals change, and at the end); status and
 # pending approvals, what people filter on to find runs that wait for them, at once.
 PROGRESS_EVERY = timedelta(seconds=10)
+# Runs started with `progress-by-count`: at most every this many changes of it instead.
+PROGRESS_EVERY_CHANGES = 10
 # Decided approvals listed with their whole summary and comment; older ones are cut short.
 APPROVALS_LISTED_WHOLE = 100
 
@@ -77,16 +73,9 @@ class Progress:
     def updates(self, shown: Progress | None) -> list[SearchAttributeUpdate[Any]]:
         """Upserts for what differs from what was shown."""
         pairs: list[SearchAttributeUpdate[Any]] = []
-        published: list[tuple[SearchAttributeKey[Any], Any, Any]] = [
-            (STATUS_ATTRIBUTE, self.status, shown and shown.status),
-            (PHASE_ATTRIBUTE, self.phase, shown and shown.phase),
-            (STEPS_DONE_ATTRIBUTE, self.steps_done, shown and shown.steps_done),
-            (STEPS_TOTAL_ATTRIBUTE, self.steps_total, shown and shown.steps_total),
-            (COST_ATTRIBUTE, self.cost_usd, shown and shown.cost_usd),
-            (PENDING_ATTRIBUTE, self.pending_approvals, shown and shown.pending_approvals),
-        ]
-        for key, value, before in published:
-            if shown is None or value != before:
+        before = astuple(shown) if shown is not None else None
+        for i, (key, value) in enumerate(zip(PROGRESS_KEYS, astuple(self), strict=True)):
+            if before is None or value != before[i]:
                 pairs.append(key.value_set(value))
         return pairs
 
@@ -118,25 +107,52 @@ class Display(Protocol):
 
 
 class ProgressGate:
-    """Decides when progress is published: what people filter on at once, the rest at most
-    every PROGRESS_EVERY (or with the former, or at the end)."""
+    """Decides when progress is published: what people filter on at once, the rest with
+    it, at the end, or when due: every `every_changes` changes of it (runs started with
+    `progress-by-count`) or else every PROGRESS_EVERY of workflow time. A count decides
+    the same on replay whichever workflow task a change landed in; a clock read in a task
+    that replay merges with the next can decide otherwise. `shown`: what the run was
+    started showing, as of `now`."""
 
-    def __init__(self) -> None:
-        self._shown: Progress | None = None
-        self._shown_at: datetime | None = None
+    def __init__(
+        self,
+        shown: Progress | None = None,
+        now: datetime | None = None,
+        every_changes: int | None = None,
+    ) -> None:
+        self._shown = shown
+        self._shown_at = now if shown is not None else None
+        self._every = every_changes
+        self._seen = shown
+        self._changes = 0
 
     def updates(
         self, progress: Progress, now: datetime, final: bool
     ) -> list[SearchAttributeUpdate[Any]]:
         """What to upsert now; empty when nothing changed or it is not due yet."""
+        if progress != self._seen:
+            self._seen, self._changes = progress, self._changes + 1
         if progress == self._shown:
             return []
-        due = self._shown_at is None or now - self._shown_at >= PROGRESS_EVERY
+        if self._every is not None:
+            due = self._shown is None or self._changes >= self._every
+        else:
+            due = self._shown_at is None or now - self._shown_at >= PROGRESS_EVERY
         if not (final or due or progress.urgent(self._shown)):
             return []
         updates = progress.updates(self._shown)
-        self._shown, self._shown_at = progress, now
+        self._shown, self._shown_at, self._changes = progress, now, 0
         return updates
+
+
+def started_showing() -> Progress | None:
+    """The progress a run's start search attributes show, when they show all of it (the API
+    sets them as a run's first publish would, so it need not upsert them again)."""
+    found = workflow.info().typed_search_attributes
+    values: list[Any] = [found.get(key) for key in PROGRESS_KEYS]
+    if any(value is None for value in values):
+        return None
+    return Progress(*values)
 
 
 class TemporalDisplay:
@@ -146,7 +162,11 @@ class TemporalDisplay:
         # A run started without the status search attribute skips publishing rather than
         # failing its workflow tasks.
         self._publish = searchable()
-        self._gate = ProgressGate()
+        shown = started_showing() if started_with(wire.PROGRESS_AT_START_CHANGE) else None
+        counted = started_with(wire.PROGRESS_BY_COUNT_CHANGE)
+        self._gate = ProgressGate(
+            shown, workflow.now(), PROGRESS_EVERY_CHANGES if counted else None
+        )
 
     def details(self, text: str) -> None:
         """Set the workflow's current details."""

@@ -16,7 +16,7 @@ from typing import Any
 from temporalio import workflow
 
 from workflows.agent.state import AgentState
-from workflows.common import TIMEOUT_ACTOR, Clock, StepFailed, cut
+from workflows.common import TIMEOUT_ACTOR, Clock, StepFailed, changed, cut
 from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
@@ -207,4 +207,4 @@ class StallGate:
 
 def watching(state: AgentState) -> bool:
     """Whether this run has the watchdog (runs started before it replay without)."""
-    return state.context and workflow.patched(WATCHDOG_PATCH)
+    return state.context and changed(WATCHDOG_PATCH)
