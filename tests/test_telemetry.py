@@ -24,9 +24,13 @@ async def test_a_run_is_one_trace_from_its_request(
     api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
+    # A process has one tracer provider: an API another test started here may have
+    # installed it (longrun.telemetry), and then this test listens to that one.
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)  # the only provider this test process installs
 
     steps = [
         {"id": "a", "tool": "echo"},
