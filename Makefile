@@ -51,9 +51,10 @@ $(MCP_PROXY):
 	$(VENV)/mcp-proxy/bin/python -m pip install --quiet 'mcp-proxy==0.13.0'
 
 # Two processes, each with its own Temporal dev server, stand-in and workers; a file's tests
-# stay together on one (they share its fixtures).
+# stay together on one (they share its fixtures). Files go out in collection order, which
+# puts the long ones first (tests/conftest.py), not ordered by how many tests they hold.
 unit: $(STAMP) $(CHROMIUM) $(COMPOSE) $(MCP_PROXY) $(BWRAP)
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 $(BENCH_STAMP): $(STAMP)

@@ -29,6 +29,12 @@ from tests.helpers import Poll, StandIn
 from worker import serving
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files marked `long` first: the test processes take whole files in this order, so a
+    long file started last no longer leaves one process working alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Freeze what importing the tests made, as the worker does at start-up, so the test
     process's full garbage-collector passes (which run on whichever thread allocates, the
@@ -206,6 +212,13 @@ async def _closed(client: Client, run_id: str) -> bool:
     return desc.status != WorkflowExecutionStatus.RUNNING
 
 
+def poll_interval(waited_s: float) -> float:
+    """How long to wait before asking again, after `waited_s`: a tenth of it, between 0.1 s
+    and 1 s. A long run's status is a big answer; asking ten times a second for minutes
+    spent more of the machine than the run did."""
+    return min(1.0, max(0.1, waited_s / 10))
+
+
 def _ended(run: dict[str, Any]) -> bool:
     return run["status"] in ("completed", "failed", "cancelled")
 
@@ -224,7 +237,8 @@ def wait_run(api: httpx.AsyncClient, client: Client) -> Poll:
         headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        start = loop.time()
+        deadline = start + timeout_s
         last: dict[str, Any] = {}
         while loop.time() < deadline:
             response = await (http or api).get(f"/v1/runs/{run_id}", headers=headers)
@@ -232,7 +246,7 @@ def wait_run(api: httpx.AsyncClient, client: Client) -> Poll:
                 last = response.json()
                 if until(last) and (until is not _ended or await _closed(client, run_id)):
                     return last
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(poll_interval(loop.time() - start))
         raise AssertionError(f"run {run_id} did not reach the expected state; last: {last}")
 
     return poll

@@ -94,6 +94,11 @@ def sleeping(duration: str) -> list[int]:
     return found
 
 
+# How long a started API or worker process may take to answer: on a machine loaded with
+# other tests, importing and connecting took more than 30 s.
+START_WAIT_S = 120.0
+
+
 def _env(settings: Settings) -> dict[str, str]:
     """The environment of a longrun process configured like a deployment would be."""
     return {
@@ -122,7 +127,8 @@ def start_api(
             stderr=sink,
             stdout=sink,
         )
-    for _ in range(600):
+    deadline = time.monotonic() + START_WAIT_S
+    while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
                 return proc
@@ -153,7 +159,8 @@ def start_worker(
         )
     if not ready:
         return proc
-    for _ in range(600):  # wait until it polls
+    deadline = time.monotonic() + START_WAIT_S
+    while time.monotonic() < deadline:  # wait until it polls
         if "worker polling" in log.read_text():
             return proc
         if proc.poll() is not None:

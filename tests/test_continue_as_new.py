@@ -20,6 +20,8 @@ from longrun.temporal import DATA_CONVERTER
 from tests.helpers import LISTING_WORDS, Poll, listing_server, submit
 from workflows import RunWorkflow
 
+pytestmark = pytest.mark.long
+
 
 @pytest.fixture
 async def short(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:

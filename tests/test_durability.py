@@ -24,6 +24,8 @@ from longrun.temporal import connect
 from tests.helpers import Poll, StandIn, start_worker, stop_processes, submit
 from worker import serving
 
+pytestmark = pytest.mark.long
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -16,6 +16,8 @@ from api.app import create_app
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn
 
+pytestmark = pytest.mark.long
+
 
 def api_with(settings: Settings, **changes: Any) -> httpx.AsyncClient:
     transport = httpx.ASGITransport(app=create_app(settings.model_copy(update=changes)))

@@ -262,18 +262,28 @@ async def test_the_api_serves_prometheus_metrics_of_runs_and_requests(
     def runs(samples: dict[Any, float], status: str) -> float:
         return samples[("longrun_runs", (("status", status),))]
 
+    async def counted(until: Any) -> dict[Any, float]:
+        # The counts come from Temporal's visibility, which follows a run's own status a
+        # moment later.
+        for _ in range(100):
+            samples = _samples((await api.get("/metrics")).text)
+            if until(samples):
+                return samples
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"the run counts never showed it: {samples}")
+
     before = _samples((await api.get("/metrics")).text)
     gated = await submit(api, [{"id": "g", "approval": {"message": "ok?"}}])
     await wait_run(gated, lambda r: r["status"] == "waiting_approval")
-    waiting = _samples((await api.get("/metrics")).text)
-    assert runs(waiting, "waiting_approval") == runs(before, "waiting_approval") + 1
+    waiting = await counted(
+        lambda s: runs(s, "waiting_approval") == runs(before, "waiting_approval") + 1
+    )
     assert waiting[("longrun_temporal_reachable", ())] == 1
     decided = await api.post(f"/v1/runs/{gated}/approvals/apr-g", json={"decision": "approve"})
     assert decided.status_code == 202
     await wait_run(gated)
-    ended = _samples((await api.get("/metrics")).text)
+    ended = await counted(lambda s: runs(s, "completed") == runs(before, "completed") + 1)
     assert runs(ended, "waiting_approval") == runs(before, "waiting_approval")
-    assert runs(ended, "completed") == runs(before, "completed") + 1
     # The API's own requests, by route and status.
     posted = (
         "http_requests_total",

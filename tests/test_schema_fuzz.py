@@ -10,9 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from longrun.dev.stack import TemporalDevServer, free_port
 from longrun.settings import Settings
 from tests.helpers import start_api, start_worker, stop_processes
+
+pytestmark = pytest.mark.long
 
 SEED = 20261203
 EXAMPLES = 20  # per operation and phase
