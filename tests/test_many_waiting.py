@@ -69,7 +69,7 @@ async def status_once_answered(api: httpx.AsyncClient, run_id: str) -> dict[str,
         await asyncio.sleep(0.5)
 
 
-@pytest.mark.timeout(900)  # two minutes and a half on two loaded cores; not a timing
+@pytest.mark.timeout(900)  # 2-3 minutes on two busy cores: too near the suite's 5-minute limit
 async def test_two_thousand_waiting_runs_answer_and_carry_on_after_a_worker_kill(
     settings: Settings, client: Client, api: httpx.AsyncClient, tmp_path: Path, wait_run: Poll
 ) -> None:
