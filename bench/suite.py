@@ -204,6 +204,8 @@ def run(
         mine = {f.section for f in figures}
         out["figures"] = [f for f in kept["figures"] if f["section"] not in mine] + out["figures"]
         out["seconds"] = {**kept.get("seconds", {}), **out["seconds"]}
+        for key, value in kept.items():  # e.g. the fault curve's points, notes
+            out.setdefault(key, value)
     results.write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nfigures kept in {results}")
 
