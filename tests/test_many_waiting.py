@@ -17,6 +17,7 @@ from temporalio.api.batch.v1 import BatchOperationTermination
 from temporalio.api.workflowservice.v1 import StartBatchOperationRequest
 from temporalio.client import Client
 
+from api.reading import STATUS_FILTERS
 from longrun.settings import Settings
 from tests.helpers import Poll, start_worker, stop_processes, submit
 
@@ -40,10 +41,7 @@ async def at_most(n: int, calls: list[Callable[[], Awaitable[T]]]) -> list[T]:
 
 async def waiting(client: Client, settings: Settings) -> int:
     """How many of the test's runs Temporal lists as waiting for an approval."""
-    query = (
-        f"TaskQueue = '{settings.task_queue}' AND ExecutionStatus = 'Running'"
-        " AND LongrunStatus = 'waiting_approval'"
-    )
+    query = f"TaskQueue = '{settings.task_queue}' AND {STATUS_FILTERS['waiting_approval']}"
     return (await client.count_workflows(query)).count
 
 
