@@ -16,7 +16,8 @@ async def _heartbeat_forever() -> None:
     # Sleep first: work that finishes within a second needs no heartbeat round trip.
     while True:
         await asyncio.sleep(HEARTBEAT_EVERY_S)
-        if activity.in_activity():  # the same calls also serve the CLI's checks
+        # The same calls also serve the CLI's checks; a local activity has no heartbeat.
+        if activity.in_activity() and not activity.info().is_local:
             activity.heartbeat()
 
 

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from temporalio.api.history.v1 import MarkerRecordedEventAttributes
 from temporalio.client import Client
 
 from activities.artifacts import ArtifactStore, store_for
@@ -21,6 +22,7 @@ from longrun.settings import Settings
 
 TOOL_PREFIX = "tool."  # of the tool activities' names
 UNDO_SUFFIX = "-undo"  # of the step id an undo call runs under (workflows/undo.py)
+LOCAL_ACTIVITY_MARKER = "core_local_activity"  # the SDK's marker of a local activity
 # The exchanges of the activity running in this task, if it records.
 _COLLECTED: ContextVar[list[Exchange] | None] = ContextVar("longrun_exchanges", default=None)
 
@@ -101,13 +103,18 @@ async def completed_activities(
     client: Client, run_id: str
 ) -> AsyncIterator[tuple[str, str, Any, Any]]:
     """Each activity the run completed, in every segment of its history, oldest first: its
-    type, id, input and result (decoded: plain JSON values)."""
+    type, id, input and result (decoded: plain JSON values). A local activity's input is
+    the call its result names (a quick tool's), else None."""
     segments = [w async for w in client.list_workflows(f"WorkflowId = '{run_id}'")]
     for segment in sorted(segments, key=lambda w: w.start_time):
         history = await client.get_workflow_handle(run_id, run_id=segment.run_id).fetch_history()
         scheduled: dict[int, tuple[str, str, Any]] = {}
         for event in history.events:
-            if event.HasField("activity_task_scheduled_event_attributes"):
+            if event.HasField("marker_recorded_event_attributes"):
+                local = await _local_activity(client, event.marker_recorded_event_attributes)
+                if local is not None:
+                    yield local
+            elif event.HasField("activity_task_scheduled_event_attributes"):
                 asked = event.activity_task_scheduled_event_attributes
                 scheduled[event.event_id] = (
                     asked.activity_type.name,
@@ -126,3 +133,18 @@ async def completed_activities(
                     given[0] if given else None,
                     decoded[0] if decoded else None,
                 )
+
+
+async def _local_activity(
+    client: Client, marker: MarkerRecordedEventAttributes
+) -> tuple[str, str, Any, Any] | None:
+    """A completed local activity's type, id, input and result, from its marker (None: a
+    marker of something else, or of a call that failed)."""
+    if marker.marker_name != LOCAL_ACTIVITY_MARKER or "result" not in marker.details:
+        return None
+    [data] = marker.details["data"].payloads
+    about = json.loads(data.data)
+    decoded = await client.data_converter.decode(marker.details["result"].payloads)
+    result = decoded[0] if decoded else None
+    given = result.pop("call", None) if isinstance(result, dict) else None
+    return str(about["activity_type"]), str(about["activity_id"]), given, result

@@ -28,6 +28,7 @@ BASELINE_CHANGE = "baseline-2026-12"  # every change up to it (workflows/common.
 PROGRESS_AT_START_CHANGE = "progress-at-start"  # progress attributes set at start
 PROGRESS_BY_COUNT_CHANGE = "progress-by-count"  # published by changes, not by time
 ONE_MEMO_AT_END_CHANGE = "one-memo-at-end"  # figures and final record in one upsert
+QUICK_TOOLS_LOCAL_CHANGE = "quick-tools-local"  # quick tools run as local activities
 STARTED_WITH = (
     BASELINE_CHANGE,
     # Changes after the baseline, each behind `workflow.patched()` for runs started before.
@@ -37,6 +38,7 @@ STARTED_WITH = (
     PROGRESS_AT_START_CHANGE,
     PROGRESS_BY_COUNT_CHANGE,
     ONE_MEMO_AT_END_CHANGE,
+    QUICK_TOOLS_LOCAL_CHANGE,
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

@@ -114,10 +114,13 @@ async def test_a_thousand_steps_of_50_kb_outputs_keep_every_segment_small(
 async def test_signals_sent_while_the_run_hands_over_are_all_applied(
     short: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
 ) -> None:
-    # Segments of three quick steps: budget changes keep arriving through about twenty
-    # hand-overs. One that lands while a hand-over is being completed makes the server
-    # refuse it; the task runs again with the signal, so every change must be applied.
-    steps = [{"id": f"s{i}", "tool": "echo", "args": {"value": i}} for i in range(60)]
+    # Segments of three steps, each an activity task: budget changes keep arriving through
+    # about twenty hand-overs. One that lands while a hand-over is being completed makes the
+    # server refuse it; the task runs again with the signal, so every change must be applied.
+    steps = [
+        {"id": f"s{i}", "tool": "write_file", "args": {"path": f"s{i}", "content": "s"}}
+        for i in range(60)
+    ]
     run_id = await submit(short, steps)
     sent = []
     for n in range(30):

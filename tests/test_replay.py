@@ -89,6 +89,14 @@ async def test_fresh_histories_replay(
             {"id": "bad", "tool": "read_file", "args": {"path": "missing.txt"}},
             {"id": "never", "tool": "echo"},
         ],
+        # Quick tools as local activities (markers), one failing after an approval.
+        "quick_tools_local": [
+            {"id": "w", "tool": "write_file", "args": {"path": "q.txt", "content": "q"}},
+            {"id": "r", "tool": "read_file", "args": {"path": "q.txt"}, "depends_on": ["w"]},
+            {"id": "e", "tool": "echo", "args": {"value": "{{steps.r.output.content}}"}},
+            {"id": "gate", "approval": {"message": "ok?"}, "depends_on": ["e"]},
+            {"id": "gone", "tool": "read_file", "args": {"path": "no.txt"}, "depends_on": ["gate"]},
+        ],
         "skipped_on_reject": [
             {"id": "maybe", "tool": "echo", "requires_approval": True, "on_reject": "skip"},
             {"id": "after", "tool": "echo"},

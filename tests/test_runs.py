@@ -457,14 +457,17 @@ async def test_status_previews_big_outputs_and_the_step_endpoint_has_them_whole(
 async def test_a_runs_later_tool_calls_know_its_workspace_was_used(
     api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
 ) -> None:
-    steps = [{"id": "a", "tool": "echo"}, {"id": "b", "tool": "echo", "depends_on": ["a"]}]
+    steps = [
+        {"id": "a", "tool": "write_file", "args": {"path": "a", "content": "a"}},
+        {"id": "b", "tool": "write_file", "args": {"path": "b", "content": "b"}},
+    ]
     run_id = await submit(api, steps)
     assert (await wait_run(run_id))["status"] == "completed"
     used = []
     async for event in client.get_workflow_handle(run_id).fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             scheduled = event.activity_task_scheduled_event_attributes
-            if scheduled.activity_type.name == "tool.echo":
+            if scheduled.activity_type.name == "tool.write_file":
                 [call] = await client.data_converter.decode(scheduled.input.payloads, [ToolCall])
                 used.append(call.workspace_used)
     # The second may not find itself on a worker without the workspace the first made.

@@ -3,12 +3,13 @@ here, with its timeouts and retry policy."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, RetryState
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.workflow import ActivityCancellationType
 
 from workflows import stored
@@ -23,6 +24,7 @@ from workflows.common import (
     failure_of,
     patched,
     retry_policy,
+    started_with,
 )
 from workflows.ledger import CallKind, Ledger
 from workflows.replay import Replay
@@ -52,11 +54,17 @@ VERIFY_WINDOW_PATCH = "verify-retry-window"
 # as references, which the activity reads back; runs started before sent them whole.
 CALL_MAX_BYTES = 256 * 1024
 BOUNDED_CALLS_PATCH = "bounded-calls"
+# A quick tool (short, read-only, safe to run again) runs as a local activity: in the worker
+# task that asked for it, with no task-queue round trip and no activity events, its result
+# kept in a marker. A worker lost mid-call costs the workflow task's timeout and the call
+# runs again. The limit of such a call when its step sets none.
+QUICK_TOOL_TIMEOUT = timedelta(seconds=30)
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: a method reference and pydantic models, no I/O at import.
     from activities.model import ModelActivities
-    from longrun import refs
+    from activities.tools.toolbox import AnyTool
+    from longrun import refs, wire
     from longrun.contracts import (
         ModelRequest,
         ModelResult,
@@ -78,6 +86,7 @@ class Calls:
         model_retry_window: timedelta,
         grant: SecretGrant,
         replay: Replay,
+        tools: Mapping[str, AnyTool],
     ) -> None:
         self.run_id = run_id
         # A counterfactual fork's recorded calls, answered instead of run.
@@ -89,6 +98,7 @@ class Calls:
         self._ledger = ledger
         self._window = model_retry_window
         self._scheduled = 0
+        self._quick = {name for name, spec in tools.items() if spec.quick}
 
     def _id(self, summary: str) -> str | None:
         """The activity id of a call with this summary, unique in the execution (None: the
@@ -126,29 +136,77 @@ class Calls:
             grant=self.grant,
             workspace_used=self.workspace_used and run_id == self.run_id,
         )
+        summary = f"step {step_id}: tool {tool}"
+        result: ToolResult
+        if tool in self._quick and started_with(wire.QUICK_TOOLS_LOCAL_CHANGE):
+            result = await self._quick_tool(tool, call, summary, retry, timeout_s)
+        else:
+            result = await workflow.execute_activity(
+                f"tool.{tool}",
+                call,
+                result_type=ToolResult,
+                start_to_close_timeout=self._limit(args, timeout_s),
+                heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
+                retry_policy=retry_policy(retry),
+                summary=summary,
+                activity_id=self._id(summary),
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                if patched(TOOL_CANCEL_PATCH)
+                else ActivityCancellationType.TRY_CANCEL,
+            )
+        if run_id == self.run_id and not tool.startswith(MCP_PREFIX):
+            self.workspace_used = True  # a built-in tool ran in it
+        return result
+
+    async def _quick_tool(
+        self,
+        tool: str,
+        call: ToolCall,
+        summary: str,
+        retry: RetrySpec | None,
+        timeout_s: float | None,
+    ) -> ToolResult:
+        """A quick tool's call as a local activity; fails as a task-queue one would."""
+        activity_id = self._id(summary)
+        try:
+            result: ToolResult = await workflow.execute_local_activity(
+                f"tool.{tool}",
+                call,
+                result_type=ToolResult,
+                start_to_close_timeout=timedelta(seconds=timeout_s)
+                if timeout_s
+                else QUICK_TOOL_TIMEOUT,
+                retry_policy=retry_policy(retry),
+                summary=summary,
+                activity_id=activity_id,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
+        except ApplicationError as exc:
+            # The SDK raises a local activity's last failure bare, not in an ActivityError
+            # (its timeouts come wrapped): wrap it, so every caller handles one kind.
+            raise ActivityError(
+                f"tool.{tool} failed",
+                scheduled_event_id=0,
+                started_event_id=0,
+                identity="",
+                activity_type=f"tool.{tool}",
+                activity_id=activity_id or "",
+                retry_state=RetryState.NON_RETRYABLE_FAILURE
+                if exc.non_retryable
+                else RetryState.MAXIMUM_ATTEMPTS_REACHED,
+            ) from exc
+        return result
+
+    @staticmethod
+    def _limit(args: dict[str, Any], timeout_s: float | None) -> timedelta:
+        """How long one attempt of a tool call may take."""
         limit = timedelta(seconds=timeout_s) if timeout_s else TOOL_TIMEOUT
         own = args.get("timeout_s")
         if isinstance(own, int | float):
             # Let the tool's own timeout (non-retryable) fire before Temporal's (retried), so
             # a slow command is stopped once instead of being started again.
             limit = max(limit, timedelta(seconds=own) + TOOL_TIMEOUT_MARGIN)
-        summary = f"step {step_id}: tool {tool}"
-        result: ToolResult = await workflow.execute_activity(
-            f"tool.{tool}",
-            call,
-            result_type=ToolResult,
-            start_to_close_timeout=limit,
-            heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT,
-            retry_policy=retry_policy(retry),
-            summary=summary,
-            activity_id=self._id(summary),
-            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-            if patched(TOOL_CANCEL_PATCH)
-            else ActivityCancellationType.TRY_CANCEL,
-        )
-        if run_id == self.run_id and not tool.startswith(MCP_PREFIX):
-            self.workspace_used = True  # a built-in tool ran in it
-        return result
+        return limit
 
     async def complete(
         self, request: ModelRequest, *, retry: RetrySpec | None, timeout_s: float | None

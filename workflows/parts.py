@@ -62,7 +62,7 @@ class RunParts:
         self.approvals.on_open = self.requests.release
         window = timedelta(seconds=inp.config.model_retry_window_s)
         replay = Replay(inp.reuse, self.audit)
-        self.calls = Calls(inp.run_id, self.ledger, window, grant_of(inp), replay)
+        self.calls = Calls(inp.run_id, self.ledger, window, grant_of(inp), replay, self.tools)
         self.webhooks = Webhooks(inp.run_id, inp.config.webhooks)
         if inp.config.webhooks:
             self.events.listen(self.webhooks.notify)

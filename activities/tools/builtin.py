@@ -50,7 +50,7 @@ class EchoArgs(_Args):
     value: Any = None
 
 
-@tool("echo", args=EchoArgs, side_effect=SideEffect.READ_ONLY)
+@tool("echo", args=EchoArgs, side_effect=SideEffect.READ_ONLY, quick=True)
 async def echo(args: EchoArgs, ctx: ToolContext) -> dict[str, Any]:
     """Return `value` unchanged; handy for shaping data between steps."""
     return {"value": args.value}
@@ -403,7 +403,7 @@ class ReadFileArgs(_PathArgs):
     max_bytes: int = Field(OUTPUT_CAP_BYTES, gt=0, le=1024 * 1024)
 
 
-@tool("read_file", args=ReadFileArgs, side_effect=SideEffect.READ_ONLY)
+@tool("read_file", args=ReadFileArgs, side_effect=SideEffect.READ_ONLY, quick=True)
 async def read_file(args: ReadFileArgs, ctx: ToolContext) -> dict[str, Any]:
     """Read a text file from the run's workspace."""
     target = confine(ctx.workspace, args.path)

@@ -96,6 +96,10 @@ class ToolSpec:
     # Hands named secrets to a command that may pass them on in any form: such a call
     # needs approval unless the policy vouches for it (longrun.policy).
     exposes_secrets: bool = False
+    # Short, read-only and safe to run again: a run may call it as a local activity, in the
+    # worker task that asked for it (workflows/calls.py). Turning it on or off for a tool
+    # changes the commands of runs that call it: only behind a new STARTED_WITH change.
+    quick: bool = False
 
     @property
     def activity_name(self) -> str:
@@ -161,11 +165,13 @@ def tool(
     side_effect: SideEffect | Callable[[Any], SideEffect],
     compensate: Compensation | None = None,
     exposes_secrets: bool = False,
+    quick: bool = False,
 ) -> Callable[[ToolFn], ToolFn]:
     """Register `fn` as the tool `name`; its docstring's first line describes it.
 
     A reversible tool passes `compensate`: from a call's arguments and output, the tool call
-    that undoes it.
+    that undoes it. A `quick` one (short, read-only, safe to run again) may run as a local
+    activity.
     """
 
     def register(fn: ToolFn) -> ToolFn:
@@ -173,7 +179,7 @@ def tool(
             raise ValueError(f"tool '{name}' is registered twice")
         description = (fn.__doc__ or name).strip().splitlines()[0]
         REGISTRY[name] = ToolSpec(
-            name, description, args, side_effect, fn, compensate, exposes_secrets
+            name, description, args, side_effect, fn, compensate, exposes_secrets, quick
         )
         return fn
 
@@ -229,7 +235,8 @@ def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
                     output = await call_redacted(spec, args, ctx)
                 # Big outputs go to the artifact store; history keeps a reference.
                 output = await store.offloaded(call.run_id, output, threshold)
-            return ToolResult(output=output, attempt=attempt)
+            local = activity.info().is_local  # its input is not in history: keep it
+            return ToolResult(output=output, attempt=attempt, call=call if local else None)
 
         run_tool.__doc__ = spec.description
         return activity.defn(name=spec.activity_name)(run_tool)

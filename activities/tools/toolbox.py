@@ -25,6 +25,7 @@ class McpToolSpec:
 
     tool: McpTool
     exposes_secrets: bool = False
+    quick: bool = False  # a call goes to a server: never a local activity
 
     @property
     def name(self) -> str:

@@ -43,6 +43,9 @@ class ToolResult(BaseModel):
     # Answered from the recorded output of the run a counterfactual fork replays: nothing
     # ran, so there is nothing to undo.
     replayed: bool = False
+    # The call answered, when it ran as a local activity: history keeps no input of those,
+    # and forks and cassettes read calls from history.
+    call: ToolCall | None = None
 
 
 class RecordedCall(BaseModel):
