@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -164,10 +165,12 @@ def run_search_attributes(inp: RunInput) -> TypedSearchAttributes:
     )
 
 
-def run_memo(inp: RunInput, **more: Any) -> dict[str, Any]:
+def run_memo(
+    inp: RunInput, changes: Sequence[str] = wire.STARTED_WITH, **more: Any
+) -> dict[str, Any]:
     """What a run's memo holds from its start: its goal, labels and owner (and `more`), and
-    the changes it starts with (longrun.wire.STARTED_WITH)."""
-    started_with = {wire.STARTED_WITH_MEMO: list(wire.STARTED_WITH)}
+    the changes it starts with (longrun.wire.STARTED_WITH, unless told others)."""
+    started_with = {wire.STARTED_WITH_MEMO: list(changes)}
     return start_memo(inp.goal, inp.labels, inp.owner, inp.tenant, **more, **started_with)
 
 
@@ -180,9 +183,16 @@ def fresh_id(prefix: str, namespace: uuid.UUID, caller: str, key: str | None) ->
     return f"{prefix}-{uuid.uuid5(namespace, scoped).hex}"
 
 
-async def start_run(client: Client, settings: Settings, inp: RunInput, **memo: Any) -> None:
+async def start_run(
+    client: Client,
+    settings: Settings,
+    inp: RunInput,
+    changes: Sequence[str] = wire.STARTED_WITH,
+    **memo: Any,
+) -> None:
     """Start the run `inp` (its run id set) as the API starts every run: its status and
-    labels searchable, its goal, labels and owner in its memo (with `memo`)."""
+    labels searchable, its goal, labels and owner in its memo (with `memo`), with today's
+    changes (or `changes`)."""
     await client.start_workflow(
         wire.RUN_WORKFLOW,
         inp,
@@ -191,7 +201,7 @@ async def start_run(client: Client, settings: Settings, inp: RunInput, **memo: A
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
         search_attributes=run_search_attributes(inp),
-        memo=run_memo(inp, **memo),
+        memo=run_memo(inp, changes, **memo),
         static_summary=inp.goal,
         static_details=run_details(inp),
     )

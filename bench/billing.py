@@ -43,7 +43,7 @@ if _ROOT not in sys.path:
 
 with workflow.unsafe.imports_passed_through():
     from figures import Figure
-    from overhead import TOOL_RETRY, noop
+    from overhead import TASK_QUEUE_CHANGES, TOOL_RETRY, noop
 
     from activities.tools import REGISTRY
     from api.admission import start_run
@@ -146,7 +146,7 @@ async def _wait_running(client: Client, workflow_id: str, event_type: int) -> No
 
 async def run_longrun(client: Client, settings: Settings, steps: int, gate: int | None) -> Tally:
     """One longrun plan of `steps` echo steps, step `gate` requiring approval, started as
-    the API starts runs."""
+    the API starts runs, each step an activity task (TASK_QUEUE_CHANGES)."""
     run_id = f"run-{uuid.uuid4().hex}"
     plan = Plan(
         steps=[
@@ -167,7 +167,7 @@ async def run_longrun(client: Client, settings: Settings, steps: int, gate: int 
         labels={},
         config=RunConfig(default_model="x"),
     )
-    await start_run(client, settings, inp)
+    await start_run(client, settings, inp, TASK_QUEUE_CHANGES)
     handle = client.get_workflow_handle(run_id)
     if gate is not None:
         # As the API decides: once the run shows the approval it waits for.

@@ -6,7 +6,8 @@ other a bare workflow defined here. Each side then runs N no-op steps, one activ
 strictly in sequence:
 
 - longrun: a plan of N `echo` tool steps (each depends on the previous one), started the way
-  `POST /v1/runs` starts a run;
+  `POST /v1/runs` starts a run, each step an activity task (`echo` is a quick tool, which
+  runs as a local activity: bench/quick.py measures those);
 - bare: `bench.Bare`, a loop of N `workflow.execute_activity` calls of a no-op activity with
   the timeouts and retry policy of a longrun tool step.
 
@@ -52,7 +53,6 @@ from typing import Any
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import Worker
 
 # `python bench/overhead.py` puts bench/ on sys.path, not the repo root holding the packages.
@@ -68,18 +68,22 @@ with workflow.unsafe.imports_passed_through():
     from figures import Figure
 
     from activities.tools import REGISTRY
-    from longrun.attributes import STATUS_ATTRIBUTE
+    from api.admission import run_memo, run_search_attributes
+    from longrun import wire
     from longrun.contracts import Plan, RunConfig, RunInput, Step
     from longrun.dev.stack import TemporalDevServer, free_port
     from longrun.plans import normalize_plan
     from longrun.settings import Settings
     from longrun.temporal import connect
     from worker import serving
-    from workflows import RunWorkflow
     from workflows.common import TOOL_HEARTBEAT_TIMEOUT, TOOL_TIMEOUT, retry_policy
 
 # The policy longrun gives a tool step without its own `retry`.
 TOOL_RETRY = retry_policy(None)
+# Today's changes but the quick tools': a run started with them calls every tool through the
+# task queue, as a bare workflow's activities go. Here `echo` stands for any tool step; quick
+# steps, which skip the task queue, are measured in bench/quick.py.
+TASK_QUEUE_CHANGES = tuple(c for c in wire.STARTED_WITH if c != wire.QUICK_TOOLS_LOCAL_CHANGE)
 TARGET_RATIO = 1.25
 
 
@@ -149,11 +153,12 @@ async def run_longrun(
     )
     started = time.perf_counter()
     await client.execute_workflow(
-        RunWorkflow.run,
+        wire.RUN_WORKFLOW,
         inp,
         id=run_id,
         task_queue=task_queue,
-        search_attributes=TypedSearchAttributes([SearchAttributePair(STATUS_ATTRIBUTE, "running")]),
+        search_attributes=run_search_attributes(inp),
+        memo=run_memo(inp, TASK_QUEUE_CHANGES),
     )
     return await timed(client, run_id, started) if timed_ else None
 

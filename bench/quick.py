@@ -49,10 +49,11 @@ if _ROOT not in sys.path:
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: no I/O at import; the bare workflow reads only constants.
     from figures import Figure
+    from overhead import TASK_QUEUE_CHANGES, TOOL_RETRY
 
     from activities.tools import REGISTRY
     from activities.tools.registry import workspace_of
-    from api.admission import run_memo, run_search_attributes
+    from api.admission import start_run
     from longrun import wire
     from longrun.contracts import Plan, RunConfig, RunInput, Step
     from longrun.dev.stack import TemporalDevServer, free_port
@@ -60,9 +61,7 @@ with workflow.unsafe.imports_passed_through():
     from longrun.settings import Settings
     from longrun.temporal import connect
     from worker import serving
-    from workflows.common import TOOL_HEARTBEAT_TIMEOUT, TOOL_TIMEOUT, retry_policy
-
-TOOL_RETRY = retry_policy(None)
+    from workflows.common import TOOL_HEARTBEAT_TIMEOUT, TOOL_TIMEOUT
 FILE = "notes.txt"
 TEXT = "a short file a step reads\n" * 8
 SIDES = ("longrun", "longrun, task queue", "bare")
@@ -121,19 +120,9 @@ async def _longrun(client: Client, settings: Settings, steps: int, local: bool) 
         labels={},
         config=RunConfig(default_model="x"),
     )
-    memo = run_memo(inp)
-    if not local:
-        named = memo[wire.STARTED_WITH_MEMO]
-        memo[wire.STARTED_WITH_MEMO] = [c for c in named if c != wire.QUICK_TOOLS_LOCAL_CHANGE]
     started = time.perf_counter()
-    await client.execute_workflow(
-        wire.RUN_WORKFLOW,
-        inp,
-        id=run_id,
-        task_queue=settings.task_queue,
-        search_attributes=run_search_attributes(inp),
-        memo=memo,
-    )
+    await start_run(client, settings, inp, wire.STARTED_WITH if local else TASK_QUEUE_CHANGES)
+    await client.get_workflow_handle(run_id).result()
     return time.perf_counter() - started
 
 

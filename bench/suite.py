@@ -17,6 +17,8 @@ their own detail as they go; one that breaks is reported and the others still ru
 - sandbox: a confined `shell` call and step against an unconfined one (bench/sandbox.py);
 - billing: history events and Temporal Cloud actions per step, and dollars per 1,000 steps
   (bench/billing.py);
+- quick steps: short read-only steps as local activities against bare activities
+  (bench/quick.py);
 - under faults: agent runs completed when calls fail (bench/agent_faults.py), and completion
   against run length at three fault rates and with worker kills (bench/fault_curve.py), drawn
   to docs/fault-curve.png by the full suite.
@@ -55,6 +57,7 @@ import context_growth  # noqa: E402
 import fault_curve  # noqa: E402
 import memory  # noqa: E402
 import overhead  # noqa: E402
+import quick  # noqa: E402
 import sandbox  # noqa: E402
 import status  # noqa: E402
 from figures import Figure, table  # noqa: E402
@@ -77,6 +80,7 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "sandbox": ({"calls": 40, "rounds": 5, "steps": 20}, {"calls": 20, "rounds": 3, "steps": 10}),
     "billing": ({"step_counts": [4, 20, 100]}, {"step_counts": [4, 20]}),
+    "quick": ({"steps": 20, "runs": 10, "warmup": 2}, {"steps": 20, "runs": 5, "warmup": 1}),
     "curve": (
         {"steps": [10, 50, 100, 200], "rates": [0.01, 0.05, 0.10], "runs": 10, "kill_every": 15.0},
         {"steps": [10, 50, 100], "rates": [0.01, 0.05, 0.10], "runs": 4, "kill_every": 10.0},
@@ -127,6 +131,12 @@ def _billing(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
     return billing.figures(result)
 
 
+def _quick(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
+    result = asyncio.run(quick.measure(**size))
+    quick.report(result)
+    return quick.figures(result)
+
+
 def _curve(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
     points, kills = asyncio.run(fault_curve.measure(seed=0, **size))
     fault_curve.report(points, kills)
@@ -145,6 +155,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any], dict[str, Any]], list[Figure]]] = 
     "faults": _faults,
     "sandbox": _sandbox,
     "billing": _billing,
+    "quick": _quick,
     "curve": _curve,
 }
 
