@@ -15,8 +15,8 @@ their own detail as they go; one that breaks is reported and the others still ru
   (bench/memory.py);
 - context: prompt size over a long agent job (bench/context_growth.py);
 - sandbox: a confined `shell` call and step against an unconfined one (bench/sandbox.py);
-- billing: history events and Temporal Cloud actions per step, and dollars per 1,000 steps
-  (bench/billing.py);
+- billing: history events and Temporal Cloud actions per plan step and per agent step and
+  turn, and dollars per 1,000 steps (bench/billing.py, bench/agent_billing.py);
 - quick steps: short read-only steps as local activities against bare activities
   (bench/quick.py);
 - under faults: agent runs completed when calls fail (bench/agent_faults.py), and completion
@@ -51,6 +51,7 @@ _HERE = Path(__file__).resolve().parent
 if str(_HERE.parent) not in sys.path:
     sys.path.insert(0, str(_HERE.parent))
 
+import agent_billing  # noqa: E402
 import agent_faults  # noqa: E402
 import billing  # noqa: E402
 import context_growth  # noqa: E402
@@ -79,7 +80,10 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"runs": 4, "rates": [0.10], "steps": 5, "tools_per_step": 3},
     ),
     "sandbox": ({"calls": 40, "rounds": 5, "steps": 20}, {"calls": 20, "rounds": 3, "steps": 10}),
-    "billing": ({"step_counts": [4, 20, 100]}, {"step_counts": [4, 20]}),
+    "billing": (
+        {"step_counts": [4, 20, 100], "agent_steps": [2, 8]},
+        {"step_counts": [4, 20], "agent_steps": [1, 3]},
+    ),
     "quick": ({"steps": 20, "runs": 10, "warmup": 2}, {"steps": 20, "runs": 5, "warmup": 1}),
     "curve": (
         {"steps": [10, 50, 100, 200], "rates": [0.01, 0.05, 0.10], "runs": 10, "kill_every": 15.0},
@@ -126,9 +130,11 @@ def _sandbox(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
 
 
 def _billing(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
-    result = asyncio.run(billing.measure(**size))
+    result = asyncio.run(billing.measure(size["step_counts"]))
     billing.report(result)
-    return billing.figures(result)
+    agents = asyncio.run(agent_billing.measure(size["agent_steps"]))
+    agent_billing.report(agents)
+    return billing.figures(result) + agent_billing.figures(agents)
 
 
 def _quick(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
