@@ -15,8 +15,13 @@ alternating and in the same run:
 - a live run waiting for approval after N steps: `GET` against the bare `status` query;
 - after a worker restart (both workers stopped and started again, so nothing is cached):
   the first `GET` of the live run against the first query of a bare workflow waiting after
-  N activities (both replay their history);
+  N activities (both replay their history: N steps, as the runs here hand over to a new
+  history only after more steps than N; a longrun run hands over every 500 steps by default,
+  which bounds what a first read after a restart replays);
 - `GET /healthz`, the API's own floor (middleware, no Temporal call).
+
+Each step of longrun's runs is a `note` call, an activity task like each bare step (`echo`
+would run as a local activity, measured in bench/quick.py).
 
 Prints medians (and p95/p99 for submit) and ratios; speed is never a pass/fail here.
 
@@ -140,7 +145,7 @@ async def _alternating(calls: dict[str, Call], reads: int, into: dict[str, list[
 
 def _chain(steps: int) -> list[dict[str, Any]]:
     plan: list[dict[str, Any]] = [
-        {"id": f"s{i}", "tool": "echo", "args": {"value": i}} for i in range(steps)
+        {"id": f"s{i}", "tool": "note", "args": {"text": f"step {i}"}} for i in range(steps)
     ]
     for i in range(1, steps):
         plan[i]["depends_on"] = [f"s{i - 1}"]
@@ -156,6 +161,8 @@ async def measure(steps: int, reads: int, restarts: int) -> Latency:
                 _env_file=None,
                 TEMPORAL_ADDRESS=server.address,
                 LONGRUN_DATA_DIR=Path(tmp) / "data",
+                # No hand-over: a first read after a restart replays all N steps.
+                LONGRUN_CONTINUE_AS_NEW_EVERY=steps + 10,
                 OPENAI_BASE_URL="http://127.0.0.1:9/v1",
                 OPENAI_API_KEY="x",
             )
