@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import PollerBehaviorAutoscaling, Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.artifacts import ArtifactStore, store_for
@@ -72,6 +72,11 @@ async def serving(
             max_cached_workflows=settings.max_cached_runs,
             workflow_runner=SHARED_MODULES_SANDBOX,
             deployment_config=deployment_config(settings),
+            # As many polls as the server has tasks for: with a fixed few, a burst of new
+            # runs waits on the queue for its first workflow task, and their first reads
+            # (queries, which need it done) wait with them.
+            workflow_task_poller_behavior=PollerBehaviorAutoscaling(),
+            activity_task_poller_behavior=PollerBehaviorAutoscaling(),
         ) as worker,
     ):
         if settings.versioning:

@@ -126,7 +126,12 @@ async def query_run(
         handle, query, result_type, *args, reject_condition=reject_condition, wait_s=QUERY_WAIT_S
     )
     if not answered:
-        raise HTTPException(503, "no longrun worker answered the query; is a worker running?")
+        raise HTTPException(
+            503,
+            f"no longrun worker answered the run's query within {QUERY_WAIT_S:g} s: none is "
+            "running, or all are busy; ask again",
+            headers={"Retry-After": "5"},
+        )
     return result
 
 

@@ -11,6 +11,8 @@ their own detail as they go; one that breaks is reported and the others still ru
   (bench/overhead.py);
 - API: submit, live, ended short and long runs, first read after a worker restart
   (bench/status.py);
+- load: the API under many concurrent clients submitting, reading and deciding, against
+  the same calls to Temporal (bench/load.py);
 - waiting runs: worker memory, CPU and first workflow task of runs waiting for a person
   (bench/memory.py);
 - context: prompt size over a long agent job (bench/context_growth.py);
@@ -56,6 +58,7 @@ import agent_faults  # noqa: E402
 import billing  # noqa: E402
 import context_growth  # noqa: E402
 import fault_curve  # noqa: E402
+import load  # noqa: E402
 import memory  # noqa: E402
 import overhead  # noqa: E402
 import quick  # noqa: E402
@@ -73,6 +76,10 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"steps": 20, "runs": 3, "warmup": 1, "batch_runs": 20, "batch_rounds": 3},
     ),
     "api": ({"steps": 500, "reads": 30, "restarts": 3}, {"steps": 200, "reads": 15, "restarts": 2}),
+    "load": (
+        {"clients": 200, "seconds": 45.0, "warmup": 5.0, "reads": 3},
+        {"clients": 50, "seconds": 15.0, "warmup": 3.0, "reads": 3},
+    ),
     "memory": ({"runs": 1000, "warmup": 5}, {"runs": 200, "warmup": 5}),
     "context": ({"steps": 1000, "run_timeout": 1800.0}, {"steps": 100, "run_timeout": 600.0}),
     "faults": (
@@ -102,6 +109,12 @@ def _api(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
     result = asyncio.run(status.measure(**size))
     status.report(result)
     return status.figures(result)
+
+
+def _load(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
+    result = asyncio.run(load.measure(**size))
+    load.report(result)
+    return load.figures(result)
 
 
 def _memory(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
@@ -156,6 +169,7 @@ def _curve(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
 SECTIONS: dict[str, Callable[[dict[str, Any], dict[str, Any]], list[Figure]]] = {
     "overhead": _overhead,
     "api": _api,
+    "load": _load,
     "memory": _memory,
     "context": _context,
     "faults": _faults,

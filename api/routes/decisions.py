@@ -53,7 +53,9 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=answers(401, 403,
 
 # How long a request to a run (a decision, a pause...) may take to be taken or refused.
 REQUEST_WAIT_S = 20.0
-REQUEST_POLL_S = 0.05
+# The run is asked for the outcome at once, then after waits that double from the first to
+# the last: under load a busy worker is not asked ever faster for what it has not done yet.
+REQUEST_POLL_S = (0.05, 0.8)
 
 
 def request_id() -> str:
@@ -154,6 +156,7 @@ async def _ask(
         raise
     loop = asyncio.get_running_loop()
     deadline = loop.time() + REQUEST_WAIT_S
+    pause, longest = REQUEST_POLL_S
     while (left := deadline - loop.time()) > 0:
         answered, outcome = await query_until(
             handle, wire.OUTCOME, RequestOutcome, request.request_id, wait_s=left
@@ -163,7 +166,8 @@ async def _ask(
                 return
             code = 404 if outcome.kind == "UnknownApproval" else 409
             raise HTTPException(code, outcome.message or "refused")
-        await asyncio.sleep(REQUEST_POLL_S)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, longest)
     raise HTTPException(
         503,
         "the run has the request but no longrun worker took it in time (is a worker "
