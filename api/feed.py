@@ -40,8 +40,8 @@ class EventFeed:
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def page(self, handle: WorkflowHandle[object, object], after: int) -> EventPage:
-        """The run's events after `after`, from a page fetched less than POLL_S ago when one
-        covers them, else from the run."""
+        """The run's events after `after`, from a page that came less than POLL_S ago when
+        one covers them, else from the run."""
         run_id = handle.id
         lock = self._locks.setdefault(run_id, asyncio.Lock())
         self._served.inc()
@@ -59,8 +59,11 @@ class EventFeed:
                 result_type=EventPage,
                 rpc_timeout=_timeout(),
             )
-            self._pages[run_id] = (now, after, page)
-            self._forget_old(now)
+            # Stamped when it came: the clients that waited for it meanwhile take it, not
+            # each a query of its own in turn when a query takes longer than POLL_S.
+            answered = time.monotonic()
+            self._pages[run_id] = (answered, after, page)
+            self._forget_old(answered)
             return page
 
     def archived(self, run_id: str, artifacts: list[str], after: int) -> list[RunEvent]:

@@ -13,6 +13,8 @@ their own detail as they go; one that breaks is reported and the others still ru
   (bench/status.py);
 - load: the API under many concurrent clients submitting, reading and deciding, against
   the same calls to Temporal (bench/load.py);
+- watchers: many SSE clients on live runs through one API process, against plain SSE
+  (bench/watchers.py);
 - waiting runs: worker memory, CPU and first workflow task of runs waiting for a person
   (bench/memory.py);
 - context: prompt size over a long agent job (bench/context_growth.py);
@@ -64,6 +66,7 @@ import overhead  # noqa: E402
 import quick  # noqa: E402
 import sandbox  # noqa: E402
 import status  # noqa: E402
+import watchers  # noqa: E402
 from figures import Figure, table  # noqa: E402
 
 PLOT = _HERE.parent / "docs" / "fault-curve.png"
@@ -79,6 +82,10 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "load": (
         {"clients": 200, "seconds": 45.0, "warmup": 5.0, "reads": 3},
         {"clients": 50, "seconds": 15.0, "warmup": 3.0, "reads": 3},
+    ),
+    "watchers": (
+        {"watchers": 1000, "runs": 100, "window_s": 20.0, "clients": 2},
+        {"watchers": 100, "runs": 10, "window_s": 10.0, "clients": 1},
     ),
     "memory": ({"runs": 1000, "warmup": 5}, {"runs": 200, "warmup": 5}),
     "context": ({"steps": 1000, "run_timeout": 1800.0}, {"steps": 100, "run_timeout": 600.0}),
@@ -115,6 +122,12 @@ def _load(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
     result = asyncio.run(load.measure(**size))
     load.report(result)
     return load.figures(result)
+
+
+def _watchers(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
+    result = asyncio.run(watchers.measure(**size))
+    watchers.report(result)
+    return watchers.figures(result)
 
 
 def _memory(size: dict[str, Any], out: dict[str, Any]) -> list[Figure]:
@@ -170,6 +183,7 @@ SECTIONS: dict[str, Callable[[dict[str, Any], dict[str, Any]], list[Figure]]] = 
     "overhead": _overhead,
     "api": _api,
     "load": _load,
+    "watchers": _watchers,
     "memory": _memory,
     "context": _context,
     "faults": _faults,
