@@ -63,7 +63,7 @@ $(BENCH_STAMP): $(STAMP)
 
 # One table against bare Temporal and plain loops, kept in bench/results.json; never asserted.
 # `make bench QUICK=1` is the few-minute version.
-bench: $(BENCH_STAMP)  ## every benchmark: overhead, API, waiting runs, context, faults (~40 min)
+bench: $(BENCH_STAMP)  ## every benchmark: overhead, API, load, watchers, waiting runs, context, billing, faults (~1 h)
 	$(BIN)/python bench/suite.py $(if $(QUICK),--quick)
 
 chaos: $(STAMP)  ## runs under killed workers, Temporal and API restarts and model outages, printed (~11-14 min)

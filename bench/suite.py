@@ -15,8 +15,8 @@ their own detail as they go; one that breaks is reported and the others still ru
   the same calls to Temporal (bench/load.py);
 - watchers: many SSE clients on live runs through one API process, against plain SSE
   (bench/watchers.py);
-- waiting runs: worker memory, CPU and first workflow task of runs waiting for a person
-  (bench/memory.py);
+- waiting runs: worker memory, CPU and first workflow task of runs waiting for a person,
+  their resumption after a worker is killed, and listing them (bench/memory.py);
 - context: prompt size over a long agent job (bench/context_growth.py);
 - sandbox: a confined `shell` call and step against an unconfined one (bench/sandbox.py);
 - billing: history events and Temporal Cloud actions per plan step and per agent step and
@@ -29,8 +29,8 @@ their own detail as they go; one that breaks is reported and the others still ru
 
     .venv/bin/python bench/suite.py [--quick] [--only overhead,api,...] [--json PATH]
 
-`make bench` runs the full suite (about 40 minutes on 2 cores, most of it the plain loop's
-1,000-step conversation); `make bench QUICK=1` the
+`make bench` runs the full suite (about an hour on 2 cores, most of it the plain loop's
+1,000-step conversation and the ten thousand waiting runs); `make bench QUICK=1` the
 quick one (a few minutes, smaller numbers everywhere, no plot unless `--plot` is given).
 """
 
@@ -87,7 +87,10 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"watchers": 1000, "runs": 100, "window_s": 20.0, "clients": 2},
         {"watchers": 100, "runs": 10, "window_s": 10.0, "clients": 1},
     ),
-    "memory": ({"runs": 1000, "warmup": 5}, {"runs": 200, "warmup": 5}),
+    "memory": (
+        {"runs": 10000, "warmup": 5, "lists": 200},
+        {"runs": 500, "warmup": 5, "lists": 100},
+    ),
     "context": ({"steps": 1000, "run_timeout": 1800.0}, {"steps": 100, "run_timeout": 600.0}),
     "faults": (
         {"runs": 10, "rates": [0.05, 0.10], "steps": 10, "tools_per_step": 5},
