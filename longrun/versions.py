@@ -26,7 +26,7 @@ from temporalio.api.workflowservice.v1 import (
     SetWorkerDeploymentCurrentVersionRequest,
 )
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey, WorkerDeploymentVersion
+from temporalio.common import SearchAttributeKey, VersioningBehavior, WorkerDeploymentVersion
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkerDeploymentConfig
 
@@ -103,12 +103,14 @@ def build_id(settings: Settings) -> str:
 
 
 def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
-    """How a worker declares its version to Temporal; None for an unversioned worker."""
+    """How a worker declares its version to Temporal, its runs pinned to it; None for an
+    unversioned worker."""
     if not settings.versioning:
         return None
     return WorkerDeploymentConfig(
         version=WorkerDeploymentVersion(settings.deployment, build_id(settings)),
         use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
     )
 
 

@@ -21,7 +21,7 @@ from tests.conftest import Poll
 from tests.helpers import REPO, start_worker, stop_processes, submit
 from tests.test_replay import replays_and_is_kept
 from tests.unpatched_run import PatchedTimerFirstRun, TimerFirstRun
-from worker import check_replay
+from worker import check_replay, serving
 
 APPROVAL = {"id": "g", "approval": {"message": "go on?"}}
 
@@ -177,3 +177,32 @@ async def test_a_rolling_deploy_keeps_runs_on_their_version_until_a_hand_over(
     assert len(logs) == 2
     for name, text in logs.items():
         assert "nondetermin" not in text.lower(), f"{name}:\n{text}"
+
+
+async def test_an_unversioned_worker_runs_runs_and_their_hand_overs(
+    settings: Settings, client: Client, wait_run: Poll
+) -> None:
+    # LONGRUN_VERSIONING=false: no deployment, so its workflow tasks may name no versioning
+    # behavior (Temporal refuses every task that does, and the run never starts).
+    unversioned = settings.model_copy(
+        update={
+            "versioning": False,
+            "continue_as_new_every": 2,
+            "task_queue": f"unversioned-{uuid.uuid4().hex[:8]}",
+        }
+    )
+    steps = [
+        {"id": f"w{i}", "tool": "write_file", "args": {"path": f"{i}", "content": "x"}}
+        for i in range(5)
+    ]
+    app = create_app(unversioned)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        serving(client, unversioned),
+        httpx.AsyncClient(transport=transport, base_url="http://localhost") as api,
+    ):
+        run_id = await submit(api, steps)
+        run = await wait_run(run_id, http=api)
+    assert run["status"] == "completed", run
+    segments = await client.count_workflows(f"WorkflowId = '{run_id}'")
+    assert segments.count >= 3

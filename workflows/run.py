@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
 from workflows.agent import AgentLoop
@@ -67,12 +66,9 @@ FIGURES_MEMO_PATCH = "figures-memo"
 
 # Invalid data met inside the workflow fails the run with its message instead of retrying
 # the workflow task forever; other exceptions (bugs) still retry, so a fix can rescue runs.
-# On a versioned worker a run is pinned to the version it started on (longrun/versions.py).
-@workflow.defn(
-    name=wire.RUN_WORKFLOW,
-    failure_exception_types=[ValidationError],
-    versioning_behavior=VersioningBehavior.PINNED,
-)
+# On a versioned worker a run is pinned to the version it started on: the worker's default
+# (longrun/versions.py), as an unversioned worker may send no versioning behavior at all.
+@workflow.defn(name=wire.RUN_WORKFLOW, failure_exception_types=[ValidationError])
 class RunWorkflow:
     """One run: plan steps as activities, approval gates, durable waits, queryable state."""
 
