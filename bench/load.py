@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
     # Safe to pass through: no I/O at import; the bare workflow uses none of it.
     import httpx
     from figures import Figure
+    from procs import cpu_s
 
     from longrun.dev.stack import TemporalDevServer, free_port
 
@@ -371,12 +372,6 @@ async def _clients_process(
     return answer
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user and system) a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _own_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -472,9 +467,9 @@ async def _longrun(clients: int, seconds: float, warmup: float, reads: int) -> S
                 await _until_ready(worker, polling, "the worker", worker_log)
                 await _until_ready(api, healthy, "the API", api_log)
                 pids = {"API": api.pid, "worker": worker.pid, "Temporal": server.process.pid}
-                before = {name: _cpu_s(pid) for name, pid in pids.items()}
+                before = {name: cpu_s(pid) for name, pid in pids.items()}
                 out = await _clients_process("longrun", url, clients, seconds, reads)
-                cpu = {name: _cpu_s(pid) - before[name] for name, pid in pids.items()}
+                cpu = {name: cpu_s(pid) - before[name] for name, pid in pids.items()}
             finally:
                 _stop(api, worker)
             side, client_cpu = _side("longrun", clients, seconds, warmup, out)
@@ -496,11 +491,11 @@ async def _bare(clients: int, seconds: float, warmup: float, reads: int) -> Side
                 workflows=[LoadApproval],
                 workflow_runner=_SHARED_SANDBOX,
             ):
-                temporal, own = _cpu_s(server.process.pid), _own_cpu_s()
+                temporal, own = cpu_s(server.process.pid), _own_cpu_s()
                 out = await _clients_process("bare", server.address, clients, seconds, reads, queue)
                 cpu = {
                     "bare worker": _own_cpu_s() - own,
-                    "Temporal": _cpu_s(server.process.pid) - temporal,
+                    "Temporal": cpu_s(server.process.pid) - temporal,
                 }
             side, client_cpu = _side("bare Temporal", clients, seconds, warmup, out)
             side.cpu_s = {"clients": client_cpu, **cpu}

@@ -70,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
     # Safe to pass through: no I/O at import; the bare workflow uses none of it.
     import httpx
     from figures import Figure
+    from procs import cpu_s, rss_kb
 
     from activities.mcp import McpHub
     from api.admission import (
@@ -176,18 +177,6 @@ async def serve(side: str, address: str, queue: str, data_dir: Path, cached: int
     async with worker:
         print("ready", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-
-
-def _rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _at_most(n: int, coros: Iterable[Awaitable[T]]) -> list[T]:
@@ -309,11 +298,11 @@ async def measure_side(
         warm = [await starter.start() for _ in range(warmup)]
         await _at_most(concurrency, (_settled(h) for h in warm))
         await asyncio.sleep(1)
-        rss, cpu = _rss_kb(proc.pid), _cpu_s(proc.pid)
+        rss, cpu = rss_kb(proc.pid), cpu_s(proc.pid)
         handles = await _at_most(concurrency, (starter.start() for _ in range(runs)))
         await _at_most(concurrency, (_settled(h) for h in handles))
         await asyncio.sleep(1)
-        rss, cpu = _rss_kb(proc.pid) - rss, _cpu_s(proc.pid) - cpu
+        rss, cpu = rss_kb(proc.pid) - rss, cpu_s(proc.pid) - cpu
         sample = handles[:: max(1, runs // 50)]
         first, scheduled = zip(
             *await _at_most(concurrency, (_first_task_ms(h) for h in sample)), strict=True

@@ -70,6 +70,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from figures import Figure  # noqa: E402
+from procs import cpu_s, rss_kb  # noqa: E402
 
 SIDES = ("baseline", "longrun")
 OPENING = 50  # streams a client process opens at once
@@ -321,18 +322,6 @@ async def watch(urls: list[str]) -> None:
 # --- measuring one side --------------------------------------------------------------------
 
 
-def _rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _line(proc: asyncio.subprocess.Process, what: str, wait_s: float) -> bytes:
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), wait_s)
@@ -393,7 +382,7 @@ async def _watch(
                 async for _ in source:
                     break
     await asyncio.sleep(1)
-    rss_before = _rss_kb(server.pid)
+    rss_before = rss_kb(server.pid)
     procs: list[asyncio.subprocess.Process] = []
     try:
         started = time.perf_counter()
@@ -409,16 +398,16 @@ async def _watch(
                 raise RuntimeError("a client process did not connect")
         connect_s = time.perf_counter() - started
         await asyncio.sleep(SETTLE_S)
-        rss_connected = _rss_kb(server.pid)
+        rss_connected = rss_kb(server.pid)
         before = await counters() if counters else {}
-        cpu, client_cpu = _cpu_s(server.pid), sum(_cpu_s(p.pid) for p in procs)
-        others_cpu = {name: _cpu_s(pid) for name, pid in others.items()}
+        cpu, client_cpu = cpu_s(server.pid), sum(cpu_s(p.pid) for p in procs)
+        others_cpu = {name: cpu_s(pid) for name, pid in others.items()}
         start = time.time()
         await asyncio.sleep(window_s)
         end = time.time()
-        rss_end = _rss_kb(server.pid)
-        cpu, client_cpu = _cpu_s(server.pid) - cpu, sum(_cpu_s(p.pid) for p in procs) - client_cpu
-        others_cpu = {name: _cpu_s(pid) - others_cpu[name] for name, pid in others.items()}
+        rss_end = rss_kb(server.pid)
+        cpu, client_cpu = cpu_s(server.pid) - cpu, sum(cpu_s(p.pid) for p in procs) - client_cpu
+        others_cpu = {name: cpu_s(pid) - others_cpu[name] for name, pid in others.items()}
         after = await counters() if counters else {}
         for proc in procs:
             assert proc.stdin is not None
