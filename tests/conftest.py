@@ -25,7 +25,7 @@ from longrun.dev.standin import create_app as create_standin
 from longrun.heap import freeze_startup_heap
 from longrun.settings import Settings
 from longrun.temporal import connect, described
-from tests.helpers import Poll, StandIn
+from tests.helpers import Poll, StandIn, end_open_runs
 from worker import serving
 
 
@@ -163,11 +163,12 @@ def standin(standin_server: StandIn) -> Iterator[StandIn]:
 
 
 @pytest.fixture
-def settings(
-    temporal_server: TemporalDevServer, standin_server: StandIn, tmp_path: Path
-) -> Settings:
-    """Settings for one test: its own task queue and data directory."""
-    return Settings(
+async def settings(
+    temporal_server: TemporalDevServer, standin_server: StandIn, client: Client, tmp_path: Path
+) -> AsyncIterator[Settings]:
+    """Settings for one test: its own task queue and data directory. Runs the test left
+    open on its queue are ended after it."""
+    test_settings = Settings(
         _env_file=None,  # type: ignore[call-arg]
         TEMPORAL_ADDRESS=temporal_server.address,
         LONGRUN_TASK_QUEUE=f"test-{uuid.uuid4().hex[:12]}",
@@ -178,6 +179,8 @@ def settings(
         # In-process workers stop at once at the end of a test (a deployment waits).
         LONGRUN_WORKER_SHUTDOWN_S=0,
     )
+    yield test_settings
+    await end_open_runs(client, test_settings.task_queue)
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -14,6 +15,10 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
+from temporalio.api.batch.v1 import BatchOperationTermination
+from temporalio.api.workflowservice.v1 import StartBatchOperationRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from longrun.dev.stack import ServerThread, free_port
 from longrun.settings import Settings
@@ -203,3 +208,43 @@ def listing_server() -> Iterator[str]:
 
     with ServerThread(app) as server:
         yield server.url
+
+
+# Above this many, a test's open runs are ended in one batch operation rather than one by one.
+ONE_BY_ONE = 100
+
+
+async def end_open_runs(client: Client, task_queue: str, reason: str = "the test is over") -> None:
+    """Terminate the runs still open on a test's task queue. Later tests on the same server
+    list runs (the approvals inbox, `GET /v1/runs?status=...`), and a run whose worker has
+    gone answers nothing: each would wait for it."""
+    query = f"TaskQueue = '{task_queue}' AND ExecutionStatus = 'Running'"
+    found = [wf async for wf in client.list_workflows(query, limit=ONE_BY_ONE + 1)]
+    if not found:
+        return
+    if len(found) <= ONE_BY_ONE:
+        await asyncio.gather(*(_terminated(client, wf.id, wf.run_id, reason) for wf in found))
+        return
+    await client.workflow_service.start_batch_operation(
+        StartBatchOperationRequest(
+            namespace=client.namespace,
+            visibility_query=query,
+            job_id=f"end-{task_queue}-{uuid.uuid4().hex[:8]}",
+            reason=reason,
+            max_operations_per_second=2_000,
+            termination_operation=BatchOperationTermination(),
+        )
+    )
+    for _ in range(300):
+        if not (await client.count_workflows(query)).count:
+            return
+        await asyncio.sleep(1)
+    raise AssertionError(f"the runs on {task_queue} were not terminated")
+
+
+async def _terminated(client: Client, workflow_id: str, run_id: str | None, reason: str) -> None:
+    try:
+        await client.get_workflow_handle(workflow_id, run_id=run_id).terminate(reason=reason)
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:  # it ended meanwhile
+            raise
