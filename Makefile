@@ -50,11 +50,13 @@ $(MCP_PROXY):
 	$(PYTHON) -m venv $(VENV)/mcp-proxy
 	$(VENV)/mcp-proxy/bin/python -m pip install --quiet 'mcp-proxy==0.13.0'
 
-# Two processes, each with its own Temporal dev server, stand-in and workers; a file's tests
-# stay together on one (they share its fixtures). Files go out in collection order, which
-# puts the long ones first (tests/conftest.py), not ordered by how many tests they hold.
+# Three processes, each with its own Temporal dev server, stand-in and workers; a file's
+# tests stay together on one (they share its fixtures). Files go out in collection order,
+# which puts the long ones first (tests/conftest.py), not ordered by how many tests they
+# hold. Three on two cores, because much of a test is waiting (for a heartbeat to time out,
+# a worker to start, a page to load): a third process fills that time.
 unit: $(STAMP) $(CHROMIUM) $(COMPOSE) $(MCP_PROXY) $(BWRAP)
-	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 $(BENCH_STAMP): $(STAMP)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, ResetReapplyType
 from temporalio.api.workflowservice.v1 import (
@@ -19,6 +20,7 @@ from temporalio.api.workflowservice.v1 import (
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from api import reading
 from longrun import wire
 from longrun.contracts import RunState
 from longrun.settings import Settings
@@ -38,8 +40,15 @@ def _comparable(run: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_an_ended_run_answers_from_what_it_stored_without_a_worker(
-    api: httpx.AsyncClient, client: Client, settings: Settings, tmp_path: Path, wait_run: Poll
+    api: httpx.AsyncClient,
+    client: Client,
+    settings: Settings,
+    tmp_path: Path,
+    wait_run: Poll,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The terminated run's status waits for a worker that never comes: 2 s, not the API's 20.
+    monkeypatch.setattr(reading, "QUERY_WAIT_S", 2.0)
     worker = start_worker(settings, tmp_path)
     try:
         completed = await submit(api, [{"id": "a", "tool": "echo", "args": {"value": 1}}])
