@@ -211,16 +211,22 @@ def deployment_current(
     from longrun.temporal import connect
     from longrun.versions import VersionRefused, make_current
 
-    async def choose() -> None:
+    async def choose() -> bool:
         settings = get_settings()
-        await make_current(await connect(settings), settings, build_id)
+        return await make_current(await connect(settings), settings, build_id)
 
     try:
-        asyncio.run(choose())
+        routed = asyncio.run(choose())
     except VersionRefused as exc:
         typer.echo(f"longrun deployment current: Temporal refused {build_id}: {exc}", err=True)
         _exit_without_teardown(1)
-    typer.echo(f"new runs start on version {build_id}")
+    if routed:
+        typer.echo(f"new runs start on version {build_id}")
+    else:
+        typer.echo(
+            f"version {build_id} is current; Temporal is still telling its task queues, so "
+            "a new run may start on the version before for a while"
+        )
     _exit_without_teardown(0)
 
 

@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import Literal
 
 from temporalio.api.deployment.v1 import WorkerDeploymentInfo
-from temporalio.api.enums.v1 import TaskQueueType, WorkerDeploymentVersionStatus
+from temporalio.api.enums.v1 import (
+    RoutingConfigUpdateState,
+    TaskQueueType,
+    WorkerDeploymentVersionStatus,
+)
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
     DescribeTaskQueueRequest,
@@ -160,8 +164,9 @@ async def promote(client: Client, settings: Settings) -> str:
         )
     while True:
         try:
-            await make_current(client, settings, build)
-            return f"version {build} made current (was {current or 'none'})"
+            routed = await make_current(client, settings, build)
+            made = f"version {build} made current (was {current or 'none'})"
+            return made if routed else f"{made}; its task queues are still being told"
         except (VersionRefused, RPCError) as exc:
             busy = isinstance(exc, RPCError) and exc.status == RPCStatusCode.RESOURCE_EXHAUSTED
             if isinstance(exc, RPCError) and not busy:
@@ -171,9 +176,15 @@ async def promote(client: Client, settings: Settings) -> str:
             await asyncio.sleep(0.2)
 
 
-async def make_current(client: Client, settings: Settings, build: str) -> None:
+# How long a version made current may take to reach every task queue of the deployment.
+ROUTING_WAIT_S = 30.0
+
+
+async def make_current(client: Client, settings: Settings, build: str) -> bool:
     """Start new runs on version `build` (also how a bad version is taken back): runs on
-    other versions stay where they are until their next hand-over."""
+    other versions stay where they are until their next hand-over. Whether every task queue
+    of the deployment routes to it within ROUTING_WAIT_S: until then a new run may still
+    start on the version before (Temporal passes the change on in the background)."""
     request = SetWorkerDeploymentCurrentVersionRequest(
         namespace=client.namespace,
         deployment_name=settings.deployment,
@@ -186,6 +197,16 @@ async def make_current(client: Client, settings: Settings, build: str) -> None:
         if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
             raise VersionRefused(exc.message) from exc
         raise
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ROUTING_WAIT_S
+    while (info := await _deployment(client, settings)) is not None and (
+        info.routing_config_update_state
+        == RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS
+    ):
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True
 
 
 async def versions(client: Client, settings: Settings) -> list[VersionState]:
