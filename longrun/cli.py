@@ -209,18 +209,20 @@ def deployment_current(
     Example: longrun deployment current 0.1.0-3f2a9c1b7e44
     """
     from longrun.temporal import connect
-    from longrun.versions import VersionRefused, make_current
+    from longrun.versions import VersionRefused, make_current, routed
 
     async def choose() -> bool:
         settings = get_settings()
-        return await make_current(await connect(settings), settings, build_id)
+        client = await connect(settings)
+        await make_current(client, settings, build_id)
+        return await routed(client, settings)
 
     try:
-        routed = asyncio.run(choose())
+        told = asyncio.run(choose())
     except VersionRefused as exc:
         typer.echo(f"longrun deployment current: Temporal refused {build_id}: {exc}", err=True)
         _exit_without_teardown(1)
-    if routed:
+    if told:
         typer.echo(f"new runs start on version {build_id}")
     else:
         typer.echo(

@@ -164,9 +164,8 @@ async def promote(client: Client, settings: Settings) -> str:
         )
     while True:
         try:
-            routed = await make_current(client, settings, build)
-            made = f"version {build} made current (was {current or 'none'})"
-            return made if routed else f"{made}; its task queues are still being told"
+            await make_current(client, settings, build)
+            return f"version {build} made current (was {current or 'none'})"
         except (VersionRefused, RPCError) as exc:
             busy = isinstance(exc, RPCError) and exc.status == RPCStatusCode.RESOURCE_EXHAUSTED
             if isinstance(exc, RPCError) and not busy:
@@ -180,11 +179,10 @@ async def promote(client: Client, settings: Settings) -> str:
 ROUTING_WAIT_S = 30.0
 
 
-async def make_current(client: Client, settings: Settings, build: str) -> bool:
+async def make_current(client: Client, settings: Settings, build: str) -> None:
     """Start new runs on version `build` (also how a bad version is taken back): runs on
-    other versions stay where they are until their next hand-over. Whether every task queue
-    of the deployment routes to it within ROUTING_WAIT_S: until then a new run may still
-    start on the version before (Temporal passes the change on in the background)."""
+    other versions stay where they are until their next hand-over. Temporal passes the
+    change to the deployment's task queues in the background (see `routed`)."""
     request = SetWorkerDeploymentCurrentVersionRequest(
         namespace=client.namespace,
         deployment_name=settings.deployment,
@@ -197,16 +195,25 @@ async def make_current(client: Client, settings: Settings, build: str) -> bool:
         if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
             raise VersionRefused(exc.message) from exc
         raise
+
+
+async def routed(client: Client, settings: Settings) -> bool:
+    """Wait until Temporal has passed the deployment's routing to its task queues (until
+    then a new run may still start on the version current before): whether it did within
+    ROUTING_WAIT_S. A server that cannot say is asked again."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ROUTING_WAIT_S
-    while (info := await _deployment(client, settings)) is not None and (
-        info.routing_config_update_state
-        == RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS
-    ):
-        if loop.time() > deadline:
-            return False
+    while loop.time() < deadline:
+        try:
+            info = await _deployment(client, settings)
+        except RPCError as exc:
+            log.info("asking whether the new routing reached every task queue: %s", exc)
+        else:
+            passing = RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS
+            if info is None or info.routing_config_update_state != passing:
+                return True
         await asyncio.sleep(0.1)
-    return True
+    return False
 
 
 async def versions(client: Client, settings: Settings) -> list[VersionState]:
