@@ -12,23 +12,30 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+# Debian packages the suite needs; `make -j` may ask for several at once, and apt-get
+# takes one at a time.
+APT_GET := flock /tmp/longrun-apt.lock apt-get
+
 # Pages are tested in Debian's Chromium, driven by Playwright (which downloads nothing).
 CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):
 	@command -v apt-get >/dev/null || { echo "install Chromium at $(CHROMIUM)"; exit 1; }
-	apt-get install -y -q chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium >/dev/null; }
+	$(APT_GET) install -y -q chromium >/dev/null || { $(APT_GET) update -q && $(APT_GET) install -y -q chromium >/dev/null; }
 
 # Process tools run confined by bubblewrap (activities/tools/sandbox.py); a worker without
 # it refuses them.
 BWRAP := /usr/bin/bwrap
 $(BWRAP):
 	@command -v apt-get >/dev/null || { echo "install bubblewrap at $(BWRAP)"; exit 1; }
-	apt-get install -y -q bubblewrap >/dev/null || { apt-get update -q && apt-get install -y -q bubblewrap >/dev/null; }
+	$(APT_GET) install -y -q bubblewrap >/dev/null || { $(APT_GET) update -q && $(APT_GET) install -y -q bubblewrap >/dev/null; }
 
 run: $(STAMP) $(BWRAP)  ## the whole local stack: Temporal + UI, worker, API (+ model stand-in)
 	$(BIN)/longrun dev
 
-test: lint typecheck unit  ## everything CI runs
+# Lint and types beside the suite, and the two virtualenvs made at once: the suite's
+# processes spend much of their time waiting.
+test:  ## everything CI runs
+	@$(MAKE) --no-print-directory -j 3 lint typecheck unit
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
@@ -41,7 +48,7 @@ typecheck: $(STAMP)
 COMPOSE := /usr/bin/docker-compose
 $(COMPOSE):
 	@command -v apt-get >/dev/null || { echo "install docker-compose at $(COMPOSE)"; exit 1; }
-	apt-get install -y -q docker-compose >/dev/null || { apt-get update -q && apt-get install -y -q docker-compose >/dev/null; }
+	$(APT_GET) install -y -q docker-compose >/dev/null || { $(APT_GET) update -q && $(APT_GET) install -y -q docker-compose >/dev/null; }
 
 # An MCP server over streamable HTTP for the tests: mcp-proxy serving a stdio server. It
 # pins an older `mcp` than longrun's, so it lives in a venv of its own.

@@ -27,6 +27,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 Poll = Callable[..., Awaitable[dict[str, Any]]]
 
+# A namespace of the tests' Temporal server (besides the default) for a test whose runs
+# would crowd the others' listings.
+APART = "longrun-tests-apart"
+
 
 class StandIn:
     """Test-side handle on the stand-in model server: script it, read what it received."""
@@ -110,6 +114,7 @@ def _env(settings: Settings) -> dict[str, str]:
         "PATH": os.environ["PATH"],
         "PYTHONPATH": str(REPO),
         "TEMPORAL_ADDRESS": settings.temporal_address,
+        "TEMPORAL_NAMESPACE": settings.temporal_namespace,
         "LONGRUN_TASK_QUEUE": settings.task_queue,
         "OPENAI_BASE_URL": settings.openai_base_url or "",
         "OPENAI_API_KEY": "test-key",

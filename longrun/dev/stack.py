@@ -114,6 +114,7 @@ class TemporalDevServer:
         ui_port: int | None = None,
         http_port: int | None = None,
         namespace: str = "default",
+        more_namespaces: tuple[str, ...] = (),
         log_file: Path | None = None,
         dynamic_config: dict[str, object] | None = None,
     ) -> None:
@@ -123,6 +124,7 @@ class TemporalDevServer:
         self.ui_port = ui_port
         self.http_port = http_port  # the HTTP API; random when unset
         self.namespace = namespace
+        self.more_namespaces = more_namespaces  # made too, with the same search attributes
         self.log_file = log_file
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -144,8 +146,11 @@ class TemporalDevServer:
             "127.0.0.1",
             "--port",
             str(self.port),
-            "--namespace",
-            self.namespace,
+            *(
+                flag
+                for ns in (self.namespace, *self.more_namespaces)
+                for flag in ("--namespace", ns)
+            ),
             "--log-level",
             "error",
             *search_attribute_flags(),
