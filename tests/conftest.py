@@ -19,13 +19,12 @@ from fastapi.dependencies import models as fastapi_dependencies
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
-from api.app import create_app
 from longrun.dev.stack import DEV_DYNAMIC_CONFIG, ServerThread, TemporalDevServer, free_port
 from longrun.dev.standin import create_app as create_standin
 from longrun.heap import freeze_startup_heap
 from longrun.settings import Settings
 from longrun.temporal import connect, described
-from tests.helpers import APART, Poll, StandIn, end_open_runs
+from tests.helpers import APART, Poll, StandIn, api_app, end_open_runs
 from worker import serving
 
 
@@ -202,12 +201,8 @@ async def worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
 @pytest.fixture
 async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """The API app, called through ASGI."""
-    app = create_app(settings)
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-    ) as http:
+    async with api_app(settings) as http:
         yield http
-    await app.state.mcp_hub.aclose()  # MCP servers it started exit
 
 
 async def _closed(client: Client, run_id: str) -> bool:

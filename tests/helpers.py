@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from temporalio.api.workflowservice.v1 import StartBatchOperationRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from api.app import create_app
 from longrun.dev.stack import ServerThread, free_port
 from longrun.settings import Settings
 
@@ -253,3 +254,14 @@ async def _terminated(client: Client, workflow_id: str, run_id: str | None, reas
     except RPCError as exc:
         if exc.status != RPCStatusCode.NOT_FOUND:  # it ended meanwhile
             raise
+
+
+@asynccontextmanager
+async def api_app(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The API app with these settings, called through ASGI."""
+    app = create_app(settings)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+    ) as http:
+        yield http
+    await app.state.mcp_hub.aclose()  # MCP servers it started exit

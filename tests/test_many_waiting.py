@@ -15,11 +15,10 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from api.app import create_app
 from api.reading import STATUS_FILTERS
 from longrun.settings import Settings
 from longrun.temporal import connect
-from tests.helpers import APART, Poll, start_worker, stop_processes, submit
+from tests.helpers import APART, Poll, api_app, start_worker, stop_processes, submit
 
 pytestmark = pytest.mark.long
 
@@ -76,12 +75,8 @@ def apart(settings: Settings) -> Settings:
 
 @pytest.fixture
 async def apart_api(apart: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(apart)
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
-    ) as http:
+    async with api_app(apart) as http:
         yield http
-    await app.state.mcp_hub.aclose()
 
 
 @pytest.mark.timeout(900)  # 2-3 minutes on two busy cores: too near the suite's 5-minute limit
