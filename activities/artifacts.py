@@ -246,20 +246,22 @@ class LocalArtifactStore(ArtifactStore):
         """The bytes of one of the run's artifacts; `NotFound` when it has no such artifact."""
         folder = self._dir(run_id)
         path = folder / _digest_of(run_id, artifact)
-        if not path.is_file():
-            raise fatal(f"run '{run_id}' has no artifact '{artifact}'", type="NotFound")
-        return path.read_bytes()
+        try:
+            # A sweep may delete the run's folder at any moment: gone is not found.
+            return path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            raise fatal(f"run '{run_id}' has no artifact '{artifact}'", type="NotFound") from None
 
     def list(self, run_id: str) -> builtins.list[tuple[str, int]]:
         """The run's artifacts: id and size, sorted by id."""
-        folder = self._dir(run_id)
-        if not folder.is_dir():
+        found = []
+        try:
+            for path in self._dir(run_id).iterdir():
+                if _DIGEST.match(path.name):
+                    found.append((f"sha256:{path.name}", path.stat().st_size))
+        except FileNotFoundError:  # no such run, or a sweep deleted it while it was listed
             return []
-        return sorted(
-            (f"sha256:{p.name}", p.stat().st_size)
-            for p in folder.iterdir()
-            if _DIGEST.match(p.name)
-        )
+        return sorted(found)
 
     def stale_runs(self, older_than: datetime) -> builtins.list[str]:
         """The runs whose newest file is older than `older_than`."""
