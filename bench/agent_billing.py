@@ -9,9 +9,10 @@ longrun's worker, its API (over ASGI) and a bare worker. For N in the given step
   The stand-in plans N steps; each step's first actor turn calls `note`, its second answers,
   and the step's evidence is checked (`verify.step`); the run's acceptance is checked at the
   end;
-- bare: `bench.BareAgent`, what a bare agent loop does for the same work: one planning model
-  activity, then per step a model activity (the tool call), the tool activity and a model
-  activity (the answer). It checks nothing.
+- bare: `bench.BareAgent`, the same work as a bare agent loop: one planning model activity,
+  then per step a model activity (the tool call), the tool activity, a model activity (the
+  answer) and one that checks the step's evidence, and a last model activity that checks
+  the job's acceptance. Its checks are model calls as longrun's are, their answers unread.
 
 Each side's history is counted as bench/billing.py counts it (Temporal Cloud's actions).
 Printed: events and actions per agent step and per turn (model call), what each step added
@@ -75,7 +76,8 @@ async def tool(step: int) -> int:
 
 @workflow.defn(name="bench.BareAgent")
 class BareAgent:
-    """A plan, then per step: the model's tool call, the tool, the model's answer."""
+    """A plan, then per step: the model's tool call, the tool, the model's answer, the
+    step's check; then the job's check."""
 
     @workflow.run
     async def run(self, steps: int) -> int:
@@ -91,6 +93,8 @@ class BareAgent:
                 retry_policy=TOOL_RETRY,
             )
             await self._model(f"answer {i}")
+            await self._model(f"verify {i}")
+        await self._model("accept")
         return steps
 
     async def _model(self, turn: str) -> None:
@@ -187,7 +191,8 @@ async def measure(step_counts: list[int]) -> AgentBilling:
 
 
 def _bare_calls(steps: int) -> int:
-    return 1 + 2 * steps  # the plan, then a tool call and an answer per step
+    # The plan; per step a tool call, an answer and a check; the acceptance check.
+    return 2 + 3 * steps
 
 
 def report(result: AgentBilling) -> None:
