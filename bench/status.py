@@ -10,8 +10,10 @@ alternating and in the same run:
   the first is answered (key check, `describe`, the answer the API kept: an ended run does
   not change) and the first `GET` (the kept answers cleared before each: `describe` and the
   refused query at once, then the final record from the store), against a bare `describe`
-  (the least any read of a run costs); and the `status` query on the closed workflow, what
-  the API did before runs stored their final status (the worker replays the whole history);
+  (the least any read of a run costs), and against a plain FastAPI app defined here whose
+  one route answers a run's `describe` as JSON (the least a REST read of a run costs, HTTP
+  handling included); and the `status` query on the closed workflow, what the API did
+  before runs stored their final status (the worker replays the whole history);
 - a live run waiting for approval after N steps: `GET` against the bare `status` query;
 - after a worker restart (both workers stopped and started again, so nothing is cached):
   the first `GET` of the live run against the first query of a bare workflow waiting after
@@ -56,6 +58,7 @@ if _ROOT not in sys.path:
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: no I/O at import; the bare workflow uses none of it.
     import httpx
+    from fastapi import FastAPI
     from figures import Figure
 
     from api.app import create_app
@@ -105,6 +108,19 @@ class WaitingAfterSteps:
             self.done += 1
         await workflow.wait_condition(lambda: self.released)
         return self.done
+
+
+def plain_app(client: Client) -> FastAPI:
+    """The plain REST baseline: one route answering a workflow's `describe` as JSON."""
+    app = FastAPI()
+
+    @app.get("/runs/{run_id}")
+    async def get_run(run_id: str) -> dict[str, Any]:
+        desc = await client.get_workflow_handle(run_id).describe()
+        status = desc.status.name if desc.status else None
+        return {"run_id": run_id, "status": status, "memo": await desc.memo()}
+
+    return app
 
 
 @dataclass
@@ -171,9 +187,13 @@ async def measure(steps: int, reads: int, restarts: int) -> Latency:
             app = create_app(settings)
             transport = httpx.ASGITransport(app=app)
 
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://localhost", timeout=120
-            ) as api:
+            plain_transport = httpx.ASGITransport(app=plain_app(client))
+            async with (
+                httpx.AsyncClient(
+                    transport=transport, base_url="http://localhost", timeout=120
+                ) as api,
+                httpx.AsyncClient(transport=plain_transport, base_url="http://localhost") as plain,
+            ):
                 async with AsyncExitStack() as running:
                     await running.enter_async_context(serving(client, settings))
                     await running.enter_async_context(_bare_worker(client, bare_queue))
@@ -220,6 +240,7 @@ async def measure(steps: int, reads: int, restarts: int) -> Latency:
                             "short GET": lambda: api.get(f"/v1/runs/{short.id}"),
                             "short first GET": lambda: _first_get(api, kept, short.id),
                             "short describe": short.describe,
+                            "short plain GET": lambda: plain.get(f"/runs/{short.id}"),
                             "floor": lambda: api.get("/healthz"),
                             "live GET": lambda: api.get(f"/v1/runs/{live.id}"),
                             "live query": lambda: live.query(wire.STATUS, result_type=RunState),
@@ -267,6 +288,8 @@ def report(result: Latency) -> None:
     ratio = m("GET") / m("describe")
     verdict = "within" if ratio <= TARGET_RATIO else "above"
     print(f"ended: GET / describe = {ratio:.2f}, {verdict} the target of {TARGET_RATIO}")
+    plain = m("short GET") / m("short plain GET")
+    print(f"ended: GET / a plain FastAPI describe route = {plain:.2f}")
     live = m("live GET") / m("live query")
     verdict = "within" if live <= LIVE_TARGET_RATIO else "above"
     print(f"live: GET / status query = {live:.2f}, {verdict} the target of {LIVE_TARGET_RATIO}")
@@ -302,6 +325,14 @@ def figures(result: Latency) -> list[Figure]:
             m("short GET"),
             m("short describe"),
             target="<= 1.2",
+        ),
+        Figure(
+            "API",
+            "GET ended 3-step run vs a plain FastAPI describe route",
+            "ms",
+            m("short GET"),
+            m("short plain GET"),
+            baseline_name="plain FastAPI",
         ),
         Figure(
             "API",
