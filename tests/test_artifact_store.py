@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -142,6 +144,32 @@ def test_pruning_deletes_runs_older_than_the_cutoff(store: ArtifactStore) -> Non
     assert store.prune(future.replace(tzinfo=None)) == [RUN_A]  # naive times are UTC
     assert store.list(RUN_A) == []
     assert store.prune(future) == []
+
+
+def test_a_run_deleted_while_it_is_read_has_no_artifacts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalArtifactStore(tmp_path)
+    stored = store.put(RUN_A, b"x")
+    listed = Path.iterdir
+
+    def swept_meanwhile(folder: Path) -> Iterator[Path]:
+        # The folder is listed, then a sweep deletes it before each file is looked at.
+        entries = list(listed(folder))
+        shutil.rmtree(folder)
+        yield from entries
+
+    monkeypatch.setattr(Path, "iterdir", swept_meanwhile)
+    assert store.list(RUN_A) == []
+    monkeypatch.undo()
+    with pytest.raises(ApplicationError) as failure:
+        store.get(RUN_A, stored)
+    assert failure.value.type == "NotFound"
+    (tmp_path / RUN_A).mkdir()
+    (tmp_path / RUN_A / stored.removeprefix("sha256:")).mkdir()  # not a file: not found either
+    with pytest.raises(ApplicationError) as failure:
+        store.get(RUN_A, stored)
+    assert failure.value.type == "NotFound"
 
 
 def test_pruning_judges_a_run_by_its_newest_artifact(tmp_path: Path) -> None:
