@@ -28,6 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from longrun.attributes import SEARCH_ATTRIBUTES
 from longrun.settings import Settings
+from longrun.telemetry import exporting
 
 
 class ShortFailureConverter(DefaultFailureConverter):
@@ -68,8 +69,9 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     return await Client.connect(
         **config,
         data_converter=DATA_CONVERTER,
-        # Client interceptors apply to workers built on this client too.
-        interceptors=[TracingInterceptor()],
+        # Client interceptors apply to workers built on this client too; they trace only
+        # where spans go somewhere.
+        interceptors=[TracingInterceptor()] if exporting() else [],
         runtime=runtime,
     )
 

@@ -4,6 +4,9 @@ trace; model calls carry OpenTelemetry's GenAI attributes."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -13,15 +16,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from temporalio.worker import Worker
 
 from longrun.dev.stack import ServerThread, free_port
 from longrun.settings import Settings
-from tests.helpers import Poll, StandIn, start_api, stop_processes, submit
+from longrun.telemetry import OTLP_VARIABLES, exporting
+from longrun.temporal import connect
+from tests.helpers import Poll, StandIn, api_app, start_api, stop_processes, submit
+from worker import serving
 
 
 async def test_a_run_is_one_trace_from_its_request(
-    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+    settings: Settings, standin: StandIn, wait_run: Poll
 ) -> None:
     exporter = InMemorySpanExporter()
     # A process has one tracer provider: an API another test started here may have
@@ -31,14 +36,18 @@ async def test_a_run_is_one_trace_from_its_request(
         provider = TracerProvider()
         trace.set_tracer_provider(provider)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-
+    # Clients connected from now on carry traces, as those of an API or worker whose spans
+    # are exported: this test's own, for the API and the worker.
+    assert exporting()
     steps = [
         {"id": "a", "tool": "echo"},
         {"id": "b", "tool": "echo"},
         {"id": "ask", "model": {"prompt": "traced prompt"}},
     ]
-    run_id = await submit(api, steps)
-    assert (await wait_run(run_id))["status"] == "completed"
+    client = await connect(settings)
+    async with serving(client, settings), api_app(settings) as api:
+        run_id = await submit(api, steps)
+        assert (await wait_run(run_id, http=api))["status"] == "completed"
     spans = exporter.get_finished_spans()
     [request] = [s for s in spans if s.name == "POST /v1/runs"]
     assert request.context is not None
@@ -88,3 +97,24 @@ def _span_names(exports: list[bytes]) -> list[str]:
         request = ExportTraceServiceRequest.FromString(body)
         names += [s.name for r in request.resource_spans for ss in r.scope_spans for s in ss.spans]
     return names
+
+
+def test_without_an_exporter_nothing_is_traced(tmp_path: Path) -> None:
+    # In a process of its own: this one's tracer provider may be installed already.
+    check = (
+        "from longrun.settings import Settings\n"
+        "from longrun.telemetry import configure_tracing, exporting\n"
+        "configure_tracing('longrun-worker', Settings(_env_file=None))\n"
+        "print(exporting())\n"
+    )
+    quiet = {k: v for k, v in os.environ.items() if k not in OTLP_VARIABLES}
+    quiet.pop("LONGRUN_TRACE_CONSOLE", None)
+    for env, expected in (
+        (quiet, "False"),
+        ({**quiet, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, "True"),
+        ({**quiet, "LONGRUN_TRACE_CONSOLE": "true"}, "True"),
+    ):
+        answer = subprocess.run(
+            [sys.executable, "-c", check], env=env, cwd=tmp_path, capture_output=True, text=True
+        )
+        assert answer.stdout.strip() == expected, answer.stderr
