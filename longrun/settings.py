@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -241,12 +242,19 @@ class Settings(BaseSettings):
     @property
     def artifacts_dir(self) -> Path:
         """Directory holding one artifact folder per run."""
-        return self.data_dir.resolve() / "artifacts"
+        return _resolved(self.data_dir, os.getcwd()) / "artifacts"
 
     @property
     def workspaces_dir(self) -> Path:
         """Directory holding one workspace directory per run."""
-        return self.data_dir.resolve() / "runs"
+        return _resolved(self.data_dir, os.getcwd()) / "runs"
+
+
+@lru_cache(maxsize=64)
+def _resolved(path: Path, cwd: str) -> Path:
+    """`path` made absolute from `cwd`, its links resolved. Cached: a worker asks for its
+    data directory on every tool call, and resolving costs a system call per part of it."""
+    return (Path(cwd) / path).resolve()
 
 
 @lru_cache

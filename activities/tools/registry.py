@@ -202,7 +202,8 @@ def workspace_of(settings: Settings, run_id: str, attempt: int = 1, used: bool =
             "wrote",
             type="WorkspaceLost",
         )
-    path.mkdir(parents=True, exist_ok=True)
+    if not path.is_dir():  # one system call for the usual case, where it is there
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 
