@@ -249,17 +249,18 @@ class LocalArtifactStore(ArtifactStore):
         try:
             # A sweep may delete the run's folder at any moment: gone is not found.
             return path.read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise fatal(f"run '{run_id}' has no artifact '{artifact}'", type="NotFound") from None
 
     def list(self, run_id: str) -> builtins.list[tuple[str, int]]:
         """The run's artifacts: id and size, sorted by id."""
         found = []
+        # No such run, or a sweep deleting it while it is listed: it has no artifacts.
         try:
             for path in self._dir(run_id).iterdir():
                 if _DIGEST.match(path.name):
                     found.append((f"sha256:{path.name}", path.stat().st_size))
-        except FileNotFoundError:  # no such run, or a sweep deleted it while it was listed
+        except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted(found)
 

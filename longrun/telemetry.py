@@ -9,7 +9,7 @@ import sys
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
 from longrun.settings import Settings
 
@@ -21,18 +21,19 @@ def configure_tracing(service: str, settings: Settings) -> None:
     OTLP (HTTP) when the standard OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is
     set, to stderr when LONGRUN_TRACE_CONSOLE is. With neither, none is installed: spans
     stay OpenTelemetry's no-ops and Temporal clients carry no tracing (see `exporting`)."""
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
-    exporters = 0
+    exporters: list[SpanExporter] = []
     if any(os.environ.get(name) for name in OTLP_VARIABLES):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        exporters += 1
+        exporters.append(OTLPSpanExporter())
     if settings.trace_console:
-        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
-        exporters += 1
-    if exporters:
-        trace.set_tracer_provider(provider)
+        exporters.append(ConsoleSpanExporter(out=sys.stderr))
+    if not exporters:
+        return
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
 
 
 def exporting() -> bool:
