@@ -39,7 +39,7 @@ from api.routes import (
 from api.routes.mcp import mount_mcp
 from longrun.policy import load_policy
 from longrun.settings import Settings, get_settings
-from longrun.telemetry import configure_tracing
+from longrun.telemetry import configure_tracing, exporting
 
 log = logging.getLogger("longrun.api")
 READMIT_RETRY_S = 10.0
@@ -82,7 +82,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        configure_tracing("longrun-api", settings)
         if not settings.api_keys:
             log.warning(
                 "no API keys configured (LONGRUN_API_KEYS): answering loopback clients only, "
@@ -103,12 +102,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="Durable runs for long AI agent jobs, on Temporal.",
     )
-    # A server span per request: a run's trace starts at the POST that started it. The
-    # ASGI send and receive spans under it say nothing a trace reader needs, and cost
-    # every request their time.
-    FastAPIInstrumentor.instrument_app(
-        app, excluded_urls="healthz,readyz", exclude_spans=["receive", "send"]
-    )
+    configure_tracing("longrun-api", settings)
+    if exporting():
+        # A server span per request: a run's trace starts at the POST that started it.
+        # The ASGI send and receive spans under it say nothing a trace reader needs, and
+        # cost every request their time; with no exporter, no request pays for spans.
+        FastAPIInstrumentor.instrument_app(
+            app, excluded_urls="healthz,readyz", exclude_spans=["receive", "send"]
+        )
     app.state.settings = settings
     app.state.policy = load_policy(settings.policy_file)  # a bad file stops start-up
     app.state.mcp_hub = McpHub.of(settings)  # so does a bad MCP servers file
