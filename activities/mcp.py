@@ -31,7 +31,7 @@ from temporalio.common import RawValue
 from activities.artifacts import store_for
 from activities.errors import fatal, reported_with_attempt, transient
 from activities.heartbeat import heartbeating
-from activities.tools import sandbox
+from activities.tools import egress, sandbox
 from activities.tools.registry import redact
 from longrun.contracts import McpTool, ToolCall, ToolResult
 from longrun.mcp_servers import (
@@ -43,7 +43,7 @@ from longrun.mcp_servers import (
     split_name,
 )
 from longrun.policy import forbidding
-from longrun.settings import Settings
+from longrun.settings import Settings, get_settings
 
 log = logging.getLogger("longrun.mcp")
 
@@ -76,12 +76,18 @@ class _Link:
     must be entered and left in one task)."""
 
     def __init__(
-        self, name: str, server: McpServer, secrets: Mapping[str, SecretStr], sandbox: str
+        self,
+        name: str,
+        server: McpServer,
+        secrets: Mapping[str, SecretStr],
+        sandbox: str,
+        egress_settings: Settings | None,
     ) -> None:
         self.name = name
         self.server = server
         self._secrets = secrets
         self._sandbox = sandbox
+        self._egress_settings = egress_settings
         self._lock = asyncio.Lock()
         self._client: Client | None = None
         self._stop = asyncio.Event()
@@ -92,21 +98,34 @@ class _Link:
         """The secret values this connection sends (blanked out of what calls return)."""
         return [self._reveal(SecretName(secret=s)) for s in self.server.secrets()]
 
-    def _command(self) -> list[str]:
-        """The server's command line: inside bubblewrap if it asks for a sandbox (and
-        refused if this worker cannot start one, unless LONGRUN_SANDBOX=unconfined)."""
-        server = self.server
-        if not server.sandbox:
-            return server.command
+    def _confined(self) -> bool:
+        """Whether the server runs inside bubblewrap: it asks for a sandbox, and this worker
+        confines (refused if it cannot, unless LONGRUN_SANDBOX=unconfined)."""
+        if not self.server.sandbox:
+            return False
         found = sandbox.confinement_of(self._sandbox)
         if found.mode == "unavailable":
             raise McpUnavailable(
                 f"MCP server '{self.name}' runs in a sandbox, which this worker cannot "
                 f"start: {found.detail}"
             )
-        if not found.confined:
-            return server.command
-        return sandbox.server_argv(server.command, server.paths, server.network)
+        return found.confined
+
+    async def _stdio(self, stack: AsyncExitStack) -> StdioServerParameters:
+        """How a stdio server starts. Confined with network, it reaches the world as process
+        tools do: through the worker's egress proxy, by the destination rule, for as long
+        as the connection lasts."""
+        server = self.server
+        env = {k: self._reveal(v) for k, v in server.env.items()}
+        argv = server.command
+        if self._confined():
+            door = None
+            if server.network:
+                rules = self._egress_settings or get_settings()
+                door = await stack.enter_async_context(egress.door(rules))
+                env.update(egress.environment())
+            argv = sandbox.server_argv(server.command, server.paths, door)
+        return StdioServerParameters(command=argv[0], args=argv[1:], env=env)
 
     def _reveal(self, value: str | SecretName) -> str:
         if isinstance(value, str):
@@ -139,9 +158,7 @@ class _Link:
             async with AsyncExitStack() as stack:
                 transport: StdioServerParameters | Any
                 if server.transport == "stdio":
-                    env = {k: self._reveal(v) for k, v in server.env.items()}
-                    argv = self._command()
-                    transport = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
+                    transport = await self._stdio(stack)
                 else:
                     assert server.url is not None
                     headers = {k: self._reveal(v) for k, v in server.headers.items()}
@@ -249,14 +266,28 @@ class McpHub:
     """The configured MCP servers of one process."""
 
     def __init__(
-        self, config: McpServers, secrets: Mapping[str, SecretStr], sandbox: str = "bwrap"
+        self,
+        config: McpServers,
+        secrets: Mapping[str, SecretStr],
+        sandbox: str = "bwrap",
+        egress_settings: Settings | None = None,
     ) -> None:
-        self._links = {name: _Link(name, s, secrets, sandbox) for name, s in config.servers.items()}
+        """`egress_settings` decide where confined servers with network may connect (this
+        process's settings when None)."""
+        self._links = {
+            name: _Link(name, s, secrets, sandbox, egress_settings)
+            for name, s in config.servers.items()
+        }
 
     @classmethod
     def of(cls, settings: Settings) -> McpHub:
         """The servers `LONGRUN_MCP_SERVERS` configures (a bad file raises McpConfigError)."""
-        return cls(load_mcp_servers(settings.mcp_servers_file), settings.secrets, settings.sandbox)
+        return cls(
+            load_mcp_servers(settings.mcp_servers_file),
+            settings.secrets,
+            settings.sandbox,
+            settings,
+        )
 
     @property
     def servers(self) -> list[str]:

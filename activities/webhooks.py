@@ -19,7 +19,7 @@ from standardwebhooks.webhooks import Webhook
 from temporalio import activity
 
 from activities.errors import fatal, reported_with_attempt, retry_after_seconds, transient
-from activities.tools.destinations import destination_refusal
+from activities.tools.destinations import Refused, checked_client
 from longrun.contracts import WebhookDelivery
 from longrun.settings import Settings
 
@@ -52,9 +52,6 @@ class WebhookActivities:
             if secret is None:
                 raise fatal("webhooks are configured but LONGRUN_WEBHOOK_SECRET is not set")
             url = httpx.URL(delivery.url)
-            refusal = destination_refusal(self._settings, url)
-            if refusal is not None:
-                raise fatal(f"webhook {delivery.url}: {refusal}")
             payload = {
                 "delivery_id": delivery.delivery_id,
                 "run_id": delivery.run_id,
@@ -66,8 +63,11 @@ class WebhookActivities:
                 "X-Longrun-Event": delivery.event.type,
                 **signed_headers(secret.get_secret_value(), delivery.delivery_id, body),
             }
-            async with httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False) as client:
-                response = await client.post(url, content=body, headers=headers)
+            try:
+                async with checked_client(self._settings, timeout_s=TIMEOUT_S) as client:
+                    response = await client.post(url, content=body, headers=headers)
+            except Refused as exc:
+                raise fatal(f"webhook {delivery.url}: {exc}", type="DestinationRefused") from None
             status = response.status_code
             if status in (408, 429) or status >= 500:
                 raise transient(

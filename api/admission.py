@@ -19,7 +19,6 @@ from temporalio.common import (
 )
 
 from activities.mcp import McpHub
-from activities.tools.destinations import destination_refusal
 from activities.tools.toolbox import toolbox
 from api.auth import Principal
 from api.mcp_tools import request_mcp_tools
@@ -37,6 +36,7 @@ from longrun.contracts import (
     RunRequest,
     ToolCheck,
 )
+from longrun.destinations import early_refusal
 from longrun.plans import (
     PlanError,
     acceptance_of,
@@ -70,7 +70,9 @@ def _webhook_problems(body: RunRequest, settings: Settings) -> list[PlanError]:
     errors = []
     for i, url in enumerate(body.webhooks or []):
         try:
-            refusal = destination_refusal(settings, httpx.URL(url))
+            parsed = httpx.URL(url)
+            port = parsed.port or (443 if parsed.scheme == "https" else 80)
+            refusal = early_refusal(settings.allowed_destinations(), parsed.host, port)
         except httpx.InvalidURL as exc:
             refusal = f"not a URL: {exc}"
         if refusal is not None:

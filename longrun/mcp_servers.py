@@ -65,7 +65,8 @@ class McpServer(BaseModel):
     timeout_s: float = Field(60.0, gt=0, le=3600)
     # A stdio server inside bubblewrap, as process tools run (activities/tools/sandbox.py):
     # it sees system directories and the worker's Python environment read-only, `paths`
-    # read-write, nothing else of the worker's, and no network unless `network`.
+    # read-write, nothing else of the worker's, and no network unless `network`: then the
+    # destinations LONGRUN_HTTP_ALLOW_HOSTS allows, through the worker's egress proxy.
     sandbox: bool = False
     paths: list[str] = Field(default_factory=list)
     network: bool = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from functools import lru_cache
@@ -13,15 +14,16 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from longrun.contracts import Limits, Price
+from longrun.destinations import DENY_SETTING, Entry, parse_entry
 
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 # Where Temporal's HTTP API is: its gRPC port + 10 (`longrun dev` starts it there).
 TEMPORAL_HTTP_API_OFFSET = 10
 BUILD_ID_PATTERN = r"^[A-Za-z0-9_.+-]{1,100}$"  # a worker version's build id
 
 
 def _pair(host: str, port: str) -> str:
-    """host:port as http_request writes it ([v6]:port for IPv6 addresses)."""
+    """host:port ([v6]:port for IPv6 addresses)."""
+    host = host.strip("[]")
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
@@ -140,9 +142,15 @@ class Settings(BaseSettings):
     )
 
     data_dir: Path = Field(Path(".longrun/data"), alias="LONGRUN_DATA_DIR")
+    # Where runs may connect (longrun/destinations.py): host:port entries, comma-separated;
+    # none by default. Loopback and private addresses need an entry naming them exactly.
     http_allow_hosts: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["127.0.0.1", "localhost", "::1"],
-        alias="LONGRUN_HTTP_ALLOW_HOSTS",
+        default_factory=list, alias="LONGRUN_HTTP_ALLOW_HOSTS"
+    )
+    # Endpoints runs never reach even when allowed: Temporal's history, matching, membership
+    # and metrics ports, say (host:port, host:* for every port of a host).
+    denied_destinations: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, alias="LONGRUN_DENIED_DESTINATIONS"
     )
 
     trace_console: bool = Field(False, alias="LONGRUN_TRACE_CONSOLE")
@@ -204,33 +212,53 @@ class Settings(BaseSettings):
     dev_standin_port: int = Field(8100, alias="LONGRUN_DEV_STANDIN_PORT")
     dev_worker_metrics_port: int = Field(9464, alias="LONGRUN_DEV_WORKER_METRICS_PORT")
 
-    def own_services(self) -> dict[str, str]:
-        """longrun's own endpoints (host:port → what), which runs may never call: Temporal
-        (gRPC, and the dev server's HTTP API), its Web UI, the API and the worker's metrics."""
+    def allowed_destinations(self) -> list[Entry]:
+        """The allow-list, parsed (validated when the settings were read)."""
+        return [parse_entry(each) for each in self.http_allow_hosts]
+
+    def own_services(self) -> dict[Entry, str]:
+        """Endpoints runs never reach, with what they are: Temporal (gRPC, and the dev
+        server's HTTP API), its Web UI, the API, the worker's metrics, and
+        LONGRUN_DENIED_DESTINATIONS."""
         temporal_host, _, temporal_port = self.temporal_address.rpartition(":")
         ui = urlsplit(self.temporal_ui_url)
         found = {
-            f"{temporal_host}:{temporal_port}": "Temporal",
-            f"{ui.hostname}:{ui.port or 80}": "the Temporal Web UI",
-            f"{self.api_host}:{self.api_port}": "the longrun API",
+            _pair(temporal_host, temporal_port): "Temporal",
+            _pair(ui.hostname or "", str(ui.port or 80)): "the Temporal Web UI",
+            _pair(self.api_host, str(self.api_port)): "the longrun API",
         }
         if self.metrics_address:
             found[self.metrics_address] = "the worker's metrics"
         if temporal_port.isdigit():
             http_api = int(temporal_port) + TEMPORAL_HTTP_API_OFFSET
-            found[f"{temporal_host}:{http_api}"] = "Temporal's HTTP API"
-        # Loopback under any of its names (and a server on every address) is the same.
-        for pair, what in list(found.items()):
-            host, _, port = pair.rpartition(":")
-            if host.strip("[]") in LOOPBACK_NAMES:
-                found.update({_pair(name, port): what for name in LOOPBACK_NAMES})
-        return found
+            found[_pair(temporal_host, str(http_api))] = "Temporal's HTTP API"
+        own: dict[Entry, str] = {}
+        for pair, what in found.items():
+            with contextlib.suppress(ValueError):  # an address that names no port
+                own[parse_entry(pair)] = what
+        for each in self.denied_destinations:
+            own[parse_entry(each, any_port=True)] = f"denied ({DENY_SETTING})"
+        return own
 
-    @field_validator("http_allow_hosts", mode="before")
+    @field_validator("http_allow_hosts", "denied_destinations", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):
             return [h.strip().lower() for h in value.split(",") if h.strip()]
+        return value
+
+    @field_validator("http_allow_hosts")
+    @classmethod
+    def _allowed_are_pairs(cls, value: list[str]) -> list[str]:
+        for each in value:
+            parse_entry(each)  # raises, naming the entry and the form it needs
+        return value
+
+    @field_validator("denied_destinations")
+    @classmethod
+    def _denied_are_pairs(cls, value: list[str]) -> list[str]:
+        for each in value:
+            parse_entry(each, any_port=True)
         return value
 
     @model_validator(mode="after")

@@ -175,6 +175,8 @@ async def settings(
         OPENAI_BASE_URL=standin_server.base_url,
         OPENAI_API_KEY="test-key",
         LONGRUN_MODEL="test-model",
+        # Steps fetch from the stand-in, as the README's examples do on `longrun dev`.
+        LONGRUN_HTTP_ALLOW_HOSTS=httpx.URL(standin_server.base_url).netloc.decode(),
         LONGRUN_DATA_DIR=tmp_path / "data",
         # In-process workers stop at once at the end of a test (a deployment waits).
         LONGRUN_WORKER_SHUTDOWN_S=0,

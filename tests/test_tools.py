@@ -101,11 +101,11 @@ async def assert_gone_or_kill(pid: int) -> None:
 
 
 @pytest.fixture
-def cfg(tmp_path: Path) -> Settings:
+def cfg(tmp_path: Path, http_url: str) -> Settings:
     return Settings(
         _env_file=None,  # type: ignore[call-arg]
         LONGRUN_DATA_DIR=tmp_path,
-        LONGRUN_HTTP_ALLOW_HOSTS="127.0.0.1,localhost",
+        LONGRUN_HTTP_ALLOW_HOSTS=http_url.removeprefix("http://"),
     )
 
 
@@ -340,18 +340,17 @@ async def test_http_body_is_truncated(tools: Tools, http_url: str) -> None:
     assert out["truncated"] is True and out["body"] == "x" * 1000
 
 
-async def test_http_host_not_allowed(tools: Tools, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_client(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("an HTTP client was created for a refused host")
-
-    monkeypatch.setattr(httpx, "AsyncClient", no_client)
+async def test_http_host_not_allowed(tools: Tools) -> None:
     err = await tools.fail("http_request", url="http://example.com/")
-    assert err.non_retryable and "'example.com:80' is not allowed" in err.message
-    assert "LONGRUN_HTTP_ALLOW_HOSTS" in err.message
+    assert err.non_retryable and err.type == "DestinationRefused"
+    assert "'example.com:80' is not an allowed destination" in err.message
+    assert "add it to LONGRUN_HTTP_ALLOW_HOSTS as host:port" in err.message
 
 
-async def test_http_allow_list_entries_may_name_a_port(tmp_path: Path, http_url: str) -> None:
+async def test_http_allow_list_entries_name_a_port(tmp_path: Path, http_url: str) -> None:
     port = int(http_url.rsplit(":", 1)[1])
+    with pytest.raises(ValueError, match="'127.0.0.1' names no port"):
+        Settings(_env_file=None, LONGRUN_HTTP_ALLOW_HOSTS="127.0.0.1")  # type: ignore[call-arg]
     settings = Settings(
         _env_file=None,  # type: ignore[call-arg]
         LONGRUN_DATA_DIR=tmp_path,
@@ -360,19 +359,27 @@ async def test_http_allow_list_entries_may_name_a_port(tmp_path: Path, http_url:
     tools = Tools(settings, "run-" + uuid.uuid4().hex)
     assert (await tools.run("http_request", url=f"{http_url}/echo"))["status"] == 200
     err = await tools.fail("http_request", url=f"http://127.0.0.1:{port + 1}/echo")
-    assert f"'127.0.0.1:{port + 1}' is not allowed" in err.message
+    assert f"'127.0.0.1:{port + 1}' is not an allowed destination" in err.message
 
 
-async def test_http_never_calls_longrun_itself(tools: Tools) -> None:
-    # Loopback is allowed, but not Temporal, its HTTP API, its Web UI or the API.
-    for url in (
+async def test_http_never_calls_longrun_itself_even_when_listed(tmp_path: Path) -> None:
+    # Temporal, its HTTP API, its Web UI and the API, each allowed by name: still refused.
+    urls = (
         "http://127.0.0.1:7233/",
         "http://127.0.0.1:7243/api/v1/namespaces/default/workflows",
         "http://localhost:8233/namespaces",
         "http://127.0.0.1:8000/v1/runs",
-    ):
+    )
+    listed = ",".join(httpx.URL(url).netloc.decode() for url in urls)
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        LONGRUN_DATA_DIR=tmp_path,
+        LONGRUN_HTTP_ALLOW_HOSTS=listed,
+    )
+    tools = Tools(settings, "run-" + uuid.uuid4().hex)
+    for url in urls:
         err = await tools.fail("http_request", url=url)
-        assert err.non_retryable and "one of longrun's own services" in err.message, url
+        assert err.non_retryable and "which runs never reach" in err.message, url
 
 
 async def test_http_headers_that_frame_the_request_are_refused(tools: Tools, http_url: str) -> None:

@@ -27,9 +27,12 @@ SECRET = "whsec-test-7f3a"
 
 
 @pytest.fixture
-def settings(settings: Settings) -> Settings:
-    """The test settings, with a webhook secret."""
-    return settings.model_copy(update={"webhook_secret": SecretStr(SECRET)})
+def settings(settings: Settings, receiver: Receiver) -> Settings:
+    """The test settings, with a webhook secret and the receiver allowed."""
+    allowed = [*settings.http_allow_hosts, receiver.server.url.removeprefix("http://")]
+    return settings.model_copy(
+        update={"webhook_secret": SecretStr(SECRET), "http_allow_hosts": allowed}
+    )
 
 
 class Receiver:

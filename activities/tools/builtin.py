@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from activities.errors import fatal, retry_after_seconds, transient
 from activities.tools import egress, sandbox
-from activities.tools.destinations import destination_refusal
+from activities.tools.destinations import Refused, checked_client
 from activities.tools.registry import ToolContext, tool
 from activities.tools.workspace import check_relative, confine
 from longrun import grants
@@ -123,11 +123,8 @@ def _http_effect(args: HttpRequestArgs) -> SideEffect:
 
 @tool("http_request", args=HttpRequestArgs, side_effect=_http_effect)
 async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any]:
-    """Send one HTTP request to an allowed host; the response body is capped."""
+    """Send one HTTP request to an allowed destination; the response body is capped."""
     url = httpx.URL(args.url)
-    refusal = destination_refusal(ctx.settings, url)
-    if refusal is not None:
-        raise fatal(refusal)
     headers = {
         "Idempotency-Key": ctx.idempotency_key,
         **{name: reveal(ctx, value) for name, value in args.headers.items()},
@@ -146,9 +143,7 @@ async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any
     once = args.method in ("POST", "PATCH") and not args.retry_if_sent
     try:
         async with (
-            httpx.AsyncClient(
-                timeout=args.timeout_s, follow_redirects=False, verify=_tls_context()
-            ) as client,
+            checked_client(ctx.settings, timeout_s=args.timeout_s, verify=_tls_context()) as client,
             client.stream(args.method, url, headers=headers, content=content) as response,
         ):
             body = bytearray()
@@ -159,6 +154,8 @@ async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any
                     truncated = True
                     del body[args.max_response_bytes :]
                     break
+    except Refused as exc:
+        raise fatal(str(exc), type="DestinationRefused") from None
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout):
         raise  # never sent: retried like any transient failure
     except httpx.TransportError as exc:

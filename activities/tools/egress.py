@@ -3,14 +3,13 @@ allowed hosts only, through an HTTP proxy of the worker's.
 
 The sandbox keeps a network namespace of its own with nothing but loopback, so nothing
 leaves it except through one door: a Unix socket bound into it, where the worker answers
-as an HTTP proxy (CONNECT for TLS, absolute-form requests for plain HTTP) and lets through
-only what `http_request` may reach (`LONGRUN_HTTP_ALLOW_HOSTS`, never longrun's own
-services), checked by host name and port as the request names them. Inside, a small
+as an HTTP proxy (CONNECT for TLS, absolute-form requests for plain HTTP) and connects only
+where the destination rule allows (longrun/destinations.py: by the address the name
+resolves to, once; never longrun's or Temporal's own services). Inside, a small
 forwarder listens on 127.0.0.1:3128 and hands each connection to that socket, and
 `HTTP_PROXY`/`HTTPS_PROXY` point there: curl, pip, git and Python's clients use it; a
-program that ignores proxies reaches nothing. Filtering by IP address instead would need
-routes out of the namespace (a veth or slirp) and firewall rules, privileges a worker does
-not have, and addresses are not what the allow-list names.
+program that ignores proxies reaches nothing. Routing the namespace's packets out instead
+(a veth or slirp) would need firewall rules, privileges a worker does not have.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from activities.tools.destinations import destination_refusal, port_of
+from activities.tools.destinations import Refused, open_checked, port_of
 from longrun.settings import Settings
 
 INSIDE = "/run/longrun"  # where the socket and the forwarder are, seen from inside
@@ -106,7 +105,8 @@ async def door(settings: Settings) -> AsyncIterator[Path]:
 async def _proxy(
     settings: Settings, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
-    """One proxied connection: refused (403, with the reason) unless the host is allowed."""
+    """One proxied connection, made to a checked address; refused (403, with the reason)
+    where the destination rule says no."""
     head = await reader.readuntil(b"\r\n\r\n")  # at most the reader's limit, 64 KiB
     line, rest = head.split(b"\r\n", 1)
     method, target, version = line.decode("latin-1").split(" ", 2)
@@ -115,19 +115,19 @@ async def _proxy(
         url = httpx.URL(f"https://{host}:{port}/")
     else:
         url = httpx.URL(target)
-    refusal = destination_refusal(settings, url)
-    if refusal is not None or url.host is None:
-        body = (refusal or "not a proxy request").encode()
-        writer.write(
-            b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-            + f"Content-Length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
-        await writer.drain()
+    if not url.host:
+        await _answer(writer, 403, "not a proxy request")
         return
-    up_reader, up_writer = await asyncio.wait_for(
-        asyncio.open_connection(url.host, port_of(url)), CONNECT_TIMEOUT_S
-    )
+    try:
+        up_reader, up_writer = await open_checked(
+            settings, url.host, port_of(url), CONNECT_TIMEOUT_S
+        )
+    except Refused as exc:
+        await _answer(writer, 403, str(exc))
+        return
+    except (OSError, TimeoutError) as exc:
+        await _answer(writer, 502, f"{url.host}: {exc}")
+        return
     try:
         if method == "CONNECT":
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -139,6 +139,17 @@ async def _proxy(
         up_writer.close()
         with contextlib.suppress(ConnectionError, OSError):
             await up_writer.wait_closed()
+
+
+async def _answer(writer: asyncio.StreamWriter, status: int, reason: str) -> None:
+    body = reason.encode()
+    phrase = {403: "Forbidden", 502: "Bad Gateway"}[status]
+    writer.write(
+        f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    await writer.drain()
 
 
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:

@@ -168,20 +168,15 @@ def bwrap_argv(argv: list[str], workspace: Path, door: Path | None = None) -> li
     return [*_bwrap(), *_binds(workspace, door), "--chdir", WORKSPACE, "--", *argv]
 
 
-def server_argv(argv: list[str], paths: list[str], network: bool) -> list[str]:
+def server_argv(argv: list[str], paths: list[str], door: Path | None = None) -> list[str]:
     """A long-lived server's `argv` (a stdio MCP server's) in bubblewrap: the new root's
-    read-only part, `paths` read-write, the network only if `network`."""
+    read-only part, `paths` read-write; with a `door` (an egress folder), able to reach
+    allowed destinations through it, as process tools do; else no network."""
     binds = [arg for path in paths for arg in ("--bind", path, path)]
-    share = ["--share-net"] if network else []
-    return [
-        *_bwrap(),
-        *share,
-        *_system(),
-        *binds,
-        *_FINISH,
-        "--",
-        *argv,
-    ]
+    if door is not None:
+        binds += ["--ro-bind", str(door), egress.INSIDE]
+        argv = egress.wrap(argv, sys.executable)
+    return [*_bwrap(), *_system(), *binds, *_FINISH, "--", *argv]
 
 
 def _bwrap() -> list[str]:

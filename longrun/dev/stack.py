@@ -24,6 +24,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
 from longrun.attributes import search_attribute_flags
+from longrun.dev.listening import as_entries, listening, owner_of
 from longrun.settings import TEMPORAL_HTTP_API_OFFSET, Settings
 
 STATE_DIR = Path(".longrun")
@@ -311,6 +312,7 @@ async def _run_stack(settings: Settings) -> int:
         assert temporal.process is not None
         children.adopt("temporal", temporal.process)
         await temporal.wait_ready()
+        env.update(_temporal_denied(settings, temporal.process.pid))
         if offline:
             standin_url = f"http://127.0.0.1:{settings.dev_standin_port}"
             proc = spawn(
@@ -389,7 +391,21 @@ def _environment(settings: Settings) -> dict[str, str]:
     if _offline(settings):
         env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{settings.dev_standin_port}/v1"
         env["OPENAI_API_KEY"] = "standin"
+        # The README's examples fetch from the stand-in: it is the one destination allowed.
+        standin = f"127.0.0.1:{settings.dev_standin_port}"
+        env["LONGRUN_HTTP_ALLOW_HOSTS"] = ",".join(
+            dict.fromkeys([*settings.http_allow_hosts, standin])
+        )
     return env
+
+
+def _temporal_denied(settings: Settings, pid: int | None) -> dict[str, str]:
+    """LONGRUN_DENIED_DESTINATIONS with every port the stack's Temporal server listens on
+    (`pid`, or the process on its gRPC port), beside what the user denies."""
+    pid = pid or owner_of(settings.dev_temporal_port)
+    ports = as_entries(listening(pid)) if pid is not None else []
+    denied = dict.fromkeys([*settings.denied_destinations, *ports])
+    return {"LONGRUN_DENIED_DESTINATIONS": ",".join(denied)}
 
 
 def _offline(settings: Settings) -> bool:
@@ -409,6 +425,7 @@ def run_worker_beside(settings: Settings, build: str, current: bool) -> NoReturn
         raise DevStackError(f"{build} is the stack's own version: name another")
     env = {
         **_environment(settings),
+        **_temporal_denied(settings, None),
         "LONGRUN_BUILD_ID": build,
         "LONGRUN_PROMOTE": "start" if current else "manual",
     }
