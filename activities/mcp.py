@@ -98,12 +98,19 @@ class _Link:
         """The secret values this connection sends (blanked out of what calls return)."""
         return [self._reveal(SecretName(secret=s)) for s in self.server.secrets()]
 
+    def _settings(self) -> Settings:
+        """The settings that bound a confined server and decide where it may connect."""
+        return self._egress_settings or get_settings()
+
     def _confined(self) -> bool:
         """Whether the server runs inside bubblewrap: it asks for a sandbox, and this worker
         confines (refused if it cannot, unless LONGRUN_SANDBOX=unconfined)."""
         if not self.server.sandbox:
             return False
-        found = sandbox.confinement_of(self._sandbox)
+        rules = self._settings()
+        found = sandbox.confinement_of(
+            self._sandbox, rules.sandbox_cgroup, frozenset(rules.sandbox_unenforced)
+        )
         if found.mode == "unavailable":
             raise McpUnavailable(
                 f"MCP server '{self.name}' runs in a sandbox, which this worker cannot "
@@ -119,12 +126,13 @@ class _Link:
         env = {k: self._reveal(v) for k, v in server.env.items()}
         argv = server.command
         if self._confined():
+            rules = self._settings()
             door = None
             if server.network:
-                rules = self._egress_settings or get_settings()
                 door = await stack.enter_async_context(egress.door(rules))
                 env.update(egress.environment())
-            argv = sandbox.server_argv(server.command, server.paths, door)
+            tmp_bytes = rules.sandbox_tmp_mb * sandbox.MB
+            argv = sandbox.server_argv(server.command, server.paths, tmp_bytes, door)
         return StdioServerParameters(command=argv[0], args=argv[1:], env=env)
 
     def _reveal(self, value: str | SecretName) -> str:

@@ -19,7 +19,8 @@ from activities.heartbeat import heartbeating
 from activities.memory import Journal
 from activities.model import ModelActivities
 from activities.tools.registry import REGISTRY, ToolContext, call_redacted, workspace_of
-from activities.tools.workspace import confine
+from activities.tools.workspace import check_relative
+from longrun import beneath
 from longrun.contracts import CheckRequest, Expect, ToolCheck, Verdict
 from longrun.plans import ReferenceError_, lookup
 from longrun.policy import forbidding
@@ -68,8 +69,8 @@ def evaluate(
                 problems.append(f"{expect.json_path} is {json.dumps(found)}, expected {wanted}")
     if expect.file_exists is not None:
         try:
-            exists = confine(workspace, expect.file_exists).exists()
-        except (ApplicationError, ValueError) as exc:
+            exists = beneath.exists_beneath(workspace, check_relative(expect.file_exists))
+        except ValueError as exc:
             problems.append(str(exc))
         else:
             if not exists:

@@ -201,9 +201,22 @@ class Settings(BaseSettings):
     # (an operator's explicit choice) unconfined, as the worker's user with its files,
     # environment and network. See activities/tools/sandbox.py.
     sandbox: Literal["bwrap", "unconfined"] = Field("bwrap", alias="LONGRUN_SANDBOX")
+    # Bounds of one step's processes together (activities/tools/sandbox.py): their memory
+    # (a cgroup, swap off), their number, the size of any file they write, their /tmp (a
+    # sized tmpfs), and the run's workspace (every step of the run together).
     sandbox_memory_mb: int = Field(4096, alias="LONGRUN_SANDBOX_MEMORY_MB", ge=64)
     sandbox_processes: int = Field(256, alias="LONGRUN_SANDBOX_PROCESSES", ge=4)
     sandbox_file_mb: int = Field(1024, alias="LONGRUN_SANDBOX_FILE_MB", ge=1)
+    sandbox_tmp_mb: int = Field(256, alias="LONGRUN_SANDBOX_TMP_MB", ge=1)
+    workspace_mb: int = Field(4096, alias="LONGRUN_WORKSPACE_MB", ge=1)
+    # A cgroup (v2) delegated to the worker's user, where it makes each step's group; unset:
+    # /sys/fs/cgroup for a root worker.
+    sandbox_cgroup: Path | None = Field(None, alias="LONGRUN_SANDBOX_CGROUP")
+    # Bounds the operator accepts this worker cannot enforce (`memory`: per-process limits
+    # only, no cgroup); any other bound that cannot be enforced refuses process tools.
+    sandbox_unenforced: Annotated[list[Literal["memory"]], NoDecode] = Field(
+        default_factory=list, alias="LONGRUN_SANDBOX_UNENFORCED"
+    )
     max_request_bytes: int = Field(1_048_576, alias="LONGRUN_MAX_REQUEST_BYTES", gt=0)
 
     # Ports used by `longrun dev` for the local stack.
@@ -240,7 +253,7 @@ class Settings(BaseSettings):
             own[parse_entry(each, any_port=True)] = f"denied ({DENY_SETTING})"
         return own
 
-    @field_validator("http_allow_hosts", "denied_destinations", mode="before")
+    @field_validator("http_allow_hosts", "denied_destinations", "sandbox_unenforced", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):

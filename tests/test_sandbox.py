@@ -4,12 +4,14 @@ makes them from a run's step on a worker process of its own, which stays up."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import socket
 import sys
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
+from temporalio.exceptions import ApplicationError
 
 from activities.mcp import McpHub
 from api.app import create_app
@@ -332,3 +335,100 @@ async def test_a_stdio_mcp_server_in_a_sandbox_reaches_only_its_paths(
         assert connected["text"] == "connected"
     finally:
         await hub.aclose()
+
+
+@pytest.fixture
+def bounded(tmp_path: Path) -> Tools:
+    """Tools under small bounds: 256 MB for a step's processes together, a 32 MB /tmp, a
+    64 MB workspace, files up to 48 MB."""
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        LONGRUN_DATA_DIR=tmp_path / "data",
+        LONGRUN_SANDBOX_MEMORY_MB=256,
+        LONGRUN_SANDBOX_TMP_MB=32,
+        LONGRUN_WORKSPACE_MB=64,
+        LONGRUN_SANDBOX_FILE_MB=48,
+    )
+    return Tools(settings, "run-" + uuid.uuid4().hex)
+
+
+FOUR_CHILDREN = """
+import os, time
+children = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        held = b"\\x01" * (200 * 1024 * 1024)  # every page touched
+        time.sleep(20)
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
+print("all four held 200 MB")
+"""
+
+
+async def test_a_steps_processes_together_stop_at_the_memory_bound(bounded: Tools) -> None:
+    err = await bounded.fail("python", code=FOUR_CHILDREN, timeout_s=60)
+    assert err.type == "SandboxBound" and err.non_retryable, err.message
+    assert "memory bound of 256 MB (LONGRUN_SANDBOX_MEMORY_MB)" in err.message
+    # One child alone fits: the bound is the step's, not a process's.
+    one = FOUR_CHILDREN.replace("range(4)", "range(1)").replace("20)", "0)")
+    assert (await bounded.run("python", code=one))["stdout"].strip() == "all four held 200 MB"
+
+
+async def test_tmp_stops_at_its_size(bounded: Tools) -> None:
+    out = await bounded.run("shell", argv=sh("head -c 75M /dev/zero > /tmp/big"), check=False)
+    assert out["exit_code"] != 0 and "No space left on device" in out["stderr"], out
+    sizes = await bounded.run("shell", argv=sh("du -sm /tmp; df -m /tmp | tail -1"))
+    assert int(sizes["stdout"].split()[0]) <= 32, sizes
+
+
+async def test_the_workspace_stops_at_its_quota(bounded: Tools) -> None:
+    workspace = bounded.settings.workspaces_dir / bounded.run_id / "workspace"
+    # One file: the kernel stops it where the quota ends.
+    out = await bounded.run("shell", argv=sh("head -c 75M /dev/zero > one"), check=False)
+    assert out["exit_code"] != 0
+    assert (workspace / "one").stat().st_size <= 48 * 1024 * 1024
+    await bounded.run("shell", argv=sh("rm one"))
+    # Many writers at once: the worker stops the step once the workspace passes the quota.
+    many = "for i in 1 2 3 4 5; do head -c 15M /dev/zero > part$i & done; wait"
+    err = await bounded.fail("shell", argv=sh(many + "; sleep 5"), timeout_s=30)
+    assert err.type == "WorkspaceQuota" and err.non_retryable, err.message
+    assert "quota of 64 MB (LONGRUN_WORKSPACE_MB)" in err.message
+    # Full, the workspace takes no more bytes; files can still be removed to make room.
+    err = await bounded.fail("write_file", path="more.txt", content="x" * 1024 * 1024)
+    assert err.type == "WorkspaceQuota", err.message
+    await bounded.run("shell", argv=sh("rm part*"))
+    assert (await bounded.run("write_file", path="more.txt", content="room"))["bytes"] == 4
+
+
+async def test_file_tools_are_never_raced_out_of_the_workspace(
+    tools: Tools, cfg: Settings, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_text("outside-canary")
+    # A step swaps the folder `d` for a link to the outside (the link's text is the
+    # worker's path: harmless inside the sandbox, an escape for a tool that follows it).
+    swap = (
+        "end=$(($(date +%s) + 8)); while [ $(date +%s) -lt $end ]; do "
+        "rm -rf d; mkdir d; echo inside > d/f; rm -rf d; "
+        f"ln -s {outside} d; done; rm -rf d"
+    )
+    racing = asyncio.ensure_future(tools.run("shell", argv=sh(swap), timeout_s=30, check=False))
+    seen: Counter[str] = Counter()
+    while not racing.done():
+        for name, args in (
+            ("read_file", {"path": "d/f"}),
+            ("write_file", {"path": "d/planted", "content": "x"}),
+        ):
+            try:
+                out = await tools.run(name, **args)
+                seen[out.get("content", "written").strip()] += 1
+            except ApplicationError as err:
+                seen[err.type] += 1
+    await racing
+    assert "outside-canary" not in seen, seen
+    assert sorted(p.name for p in outside.iterdir()) == ["f"], seen
+    assert seen["inside"] + seen["written"] > 0, seen  # the race was run, not avoided

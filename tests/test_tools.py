@@ -36,6 +36,7 @@ class Tools:
     """Calls `tool.<name>` activities for one run."""
 
     def __init__(self, settings: Settings, run_id: str) -> None:
+        self.settings = settings
         self.run_id = run_id
         self.fns: dict[str, Callable[..., Any]] = {
             activity._Definition.must_from_callable(fn).name: fn
@@ -349,7 +350,7 @@ async def test_http_host_not_allowed(tools: Tools) -> None:
 
 async def test_http_allow_list_entries_name_a_port(tmp_path: Path, http_url: str) -> None:
     port = int(http_url.rsplit(":", 1)[1])
-    with pytest.raises(ValueError, match="'127.0.0.1' names no port"):
+    with pytest.raises(ValueError, match=r"'127\.0\.0\.1' names no port"):
         Settings(_env_file=None, LONGRUN_HTTP_ALLOW_HOSTS="127.0.0.1")  # type: ignore[call-arg]
     settings = Settings(
         _env_file=None,  # type: ignore[call-arg]

@@ -8,11 +8,10 @@ import functools
 import hashlib
 import json
 import os
-import shutil
 import signal
 import ssl
 import sys
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -22,9 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from activities.errors import fatal, retry_after_seconds, transient
 from activities.tools import egress, sandbox
 from activities.tools.destinations import Refused, checked_client
+from activities.tools.quota import Watch, refuse_write
 from activities.tools.registry import ToolContext, tool
-from activities.tools.workspace import check_relative, confine
-from longrun import grants
+from activities.tools.workspace import check_relative
+from longrun import beneath, grants
 from longrun.contracts import SideEffect
 from longrun.policy import policy_in_force
 
@@ -243,25 +243,36 @@ async def _run_process(
         "LONGRUN_STEP_ID": ctx.step_id,
         "LONGRUN_IDEMPOTENCY_KEY": ctx.idempotency_key,
     }
-    limits = sandbox.limits_of(ctx.settings, timeout_s)
+    quota = Watch(ctx.settings, ctx.workspace)
+    await quota.measure()
+    limits = sandbox.limits_of(ctx.settings, timeout_s, quota.left)
     async with contextlib.AsyncExitStack() as stack:
         door = None
         if confinement.confined and policy_in_force(ctx.settings.policy_file).of(tool).network:
             door = await stack.enter_async_context(egress.door(ctx.settings))
             env.update(egress.environment())
-        command = stack.enter_context(
+        call = stack.enter_context(
             sandbox.confined_argv(confinement, argv, ctx.workspace, limits, door)
         )
-        return await _supervise(
+        result = await _supervise(
             argv[0],
-            command,
+            call.argv,
             ctx,
             env,
             timeout_s=timeout_s,
             check=check,
             stdin=stdin,
             confined=confinement.confined,
+            quota=quota,
         )
+        bound = call.bound_passed(limits)
+        if bound is not None:
+            raise fatal(f"{argv[0]}: {bound}", type="SandboxBound")
+        quota.check()
+        if check and result["exit_code"] != 0:
+            out = result["stderr"][-1000:] or result["stdout"][-1000:]
+            raise fatal(f"{argv[0]} exited with {result['exit_code']}: {out}")
+        return result
     raise AssertionError("unreachable")  # mypy: an exit stack may swallow exceptions
 
 
@@ -275,10 +286,11 @@ async def _supervise(
     check: bool,
     stdin: bytes | None,
     confined: bool,
+    quota: Watch,
 ) -> dict[str, Any]:
     """Run `command` (`name` in messages; in a sandbox if `confined`) to its end, its
-    timeout or the step's cancellation, with its output capped; nothing it started
-    outlives it."""
+    timeout, the step's cancellation or its workspace's quota, with its output capped;
+    nothing it started outlives it."""
     try:
         proc = await asyncio.create_subprocess_exec(
             *command,
@@ -322,8 +334,15 @@ async def _supervise(
             reading.cancel()
         return out, err, await proc.wait()
 
+    def stop() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
     try:
-        (stdout, out_cut), (stderr, err_cut), code = await asyncio.wait_for(collect(), timeout_s)
+        async with quota.watching(stop):
+            (stdout, out_cut), (stderr, err_cut), code = await asyncio.wait_for(
+                collect(), timeout_s
+            )
     except TimeoutError:
         raise fatal(f"{name} timed out after {timeout_s:g}s", type="Timeout") from None
     finally:
@@ -336,8 +355,6 @@ async def _supervise(
         refusal = sandbox.exec_failure(stderr, name)
         if refusal is not None:
             raise fatal(refusal)
-    if check and code != 0:
-        raise fatal(f"{name} exited with {code}: {stderr[-1000:] or stdout[-1000:]}")
     return {"exit_code": code, "stdout": stdout, "stderr": stderr, "truncated": out_cut or err_cut}
 
 
@@ -391,11 +408,6 @@ class _PathArgs(_Args):
         return check_relative(path)
 
 
-def _read_head(path: Path, limit: int) -> tuple[bytes, int]:
-    with path.open("rb") as f:
-        return f.read(limit), os.fstat(f.fileno()).st_size
-
-
 class ReadFileArgs(_PathArgs):
     max_bytes: int = Field(OUTPUT_CAP_BYTES, gt=0, le=1024 * 1024)
 
@@ -403,16 +415,29 @@ class ReadFileArgs(_PathArgs):
 @tool("read_file", args=ReadFileArgs, side_effect=SideEffect.READ_ONLY, quick=True)
 async def read_file(args: ReadFileArgs, ctx: ToolContext) -> dict[str, Any]:
     """Read a text file from the run's workspace."""
-    target = confine(ctx.workspace, args.path)
-    if not target.is_file():
-        raise fatal(f"no file '{args.path}' in the run's workspace", type="NotFound")
-    data, size = await asyncio.to_thread(_read_head, target, args.max_bytes)
+    with _beneath(args.path):
+        data, size = await asyncio.to_thread(
+            beneath.read_beneath, ctx.workspace, args.path, args.max_bytes
+        )
     return {
         "path": args.path,
         "content": data[: args.max_bytes].decode(errors="replace"),
         "bytes": size,
         "truncated": size > args.max_bytes,
     }
+
+
+@contextlib.contextmanager
+def _beneath(path: str) -> Iterator[None]:
+    """File errors of `path` in the run's workspace as errors a step reports."""
+    try:
+        yield
+    except beneath.Outside:
+        raise fatal(f"path '{path}' leads outside the run's workspace (through a link)") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise fatal(f"no file '{path}' in the run's workspace", type="NotFound") from None
+    except IsADirectoryError:
+        raise fatal(f"'{path}' is a directory in the run's workspace") from None
 
 
 class WriteFileArgs(_PathArgs):
@@ -429,29 +454,40 @@ class WriteFileArgs(_PathArgs):
 BACKUPS = Path(".longrun") / "backups"  # inside the workspace: what write_file replaced
 
 
-def _write_atomically(target: Path, data: bytes) -> None:
-    # Write a fresh temporary file (created exclusively, so no planted symlink is
-    # followed), then rename it over the target: a retry never sees a half-written file.
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(name, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name)
+def _write(workspace: Path, path: str, data: bytes, step_id: str) -> str | None:
+    """Write `data` at `path` beneath `workspace` atomically; keep what it replaces, once
+    per step (a retry must not back up its own first write). The backup's name, if any."""
+    folder_path, name = beneath.split(path)
+    with beneath.opened_folder(workspace) as root:
+        folder = beneath.folder_beneath(root, folder_path, create=True)
+        try:
+            kind = beneath.kind_of(folder, name)
+            if kind == "link":
+                os.close(beneath.open_beneath(root, path, os.O_PATH))  # Outside if it leads out
+                raise fatal(f"'{path}' is a link in the run's workspace: write_file writes files")
+            if kind not in ("file", None):
+                raise IsADirectoryError(path)
+            backup = _back_up(root, folder, name, kind == "file", step_id)
+            beneath.replace_in(folder, name, data)
+            return backup
+        finally:
+            os.close(folder)
 
 
-def _copy_atomically(source: Path, target: Path) -> None:
-    # A copy cut short by a crash must not pass for a backup: copy beside, then rename.
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
+def _back_up(root: int, folder: int, name: str, exists: bool, step_id: str) -> str | None:
+    """Keep the file `name` of `folder` as this step's backup, unless the step already kept
+    one (or noted that there was none); the backup's name, if any."""
+    saved, marker = f"{step_id}.bak", f"{step_id}.new"
+    backups = beneath.folder_beneath(root, str(BACKUPS), create=True)
     try:
-        shutil.copyfile(source, name)
-        os.replace(name, target)
+        if beneath.kind_of(backups, saved) is None and beneath.kind_of(backups, marker) is None:
+            if exists:
+                beneath.replace_in(backups, saved, beneath.read_in(folder, name))
+            else:
+                beneath.replace_in(backups, marker, b"")
+        return str(BACKUPS / saved) if beneath.kind_of(backups, saved) == "file" else None
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name)
+        os.close(backups)
 
 
 def _undo_write(args: WriteFileArgs, output: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -461,27 +497,15 @@ def _undo_write(args: WriteFileArgs, output: dict[str, Any]) -> tuple[str, dict[
 @tool("write_file", args=WriteFileArgs, side_effect=SideEffect.REVERSIBLE, compensate=_undo_write)
 async def write_file(args: WriteFileArgs, ctx: ToolContext) -> dict[str, Any]:
     """Write a text file in the run's workspace, atomically, replacing any earlier content."""
-    target = confine(ctx.workspace, args.path)
-    if target.is_dir():
-        raise fatal(f"'{args.path}' is a directory in the run's workspace")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Keep what this step replaces, once: a retry must not back up its own first write.
-    backup = BACKUPS / f"{ctx.step_id}.bak"
-    (ctx.workspace / BACKUPS).mkdir(parents=True, exist_ok=True)
-    saved = confine(ctx.workspace, str(backup))  # the backups folder cannot lead out either
-    marker = confine(ctx.workspace, str(BACKUPS / f"{ctx.step_id}.new"))
-    if not saved.exists() and not marker.exists():
-        if target.is_file():
-            await asyncio.to_thread(_copy_atomically, target, saved)
-        else:
-            marker.touch()
     data = args.content.encode()
-    await asyncio.to_thread(_write_atomically, target, data)
+    await asyncio.to_thread(refuse_write, ctx.settings, ctx.workspace, len(data))
+    with _beneath(args.path):
+        backup = await asyncio.to_thread(_write, ctx.workspace, args.path, data, ctx.step_id)
     return {
         "path": args.path,
         "bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
-        "backup": str(backup) if saved.exists() else None,
+        "backup": backup,
     }
 
 
@@ -497,13 +521,40 @@ class RestoreFileArgs(_PathArgs):
 @tool("restore_file", args=RestoreFileArgs, side_effect=SideEffect.IRREVERSIBLE)
 async def restore_file(args: RestoreFileArgs, ctx: ToolContext) -> dict[str, Any]:
     """Put back a file's earlier content from a backup, or remove it if it had none."""
-    target = confine(ctx.workspace, args.path)
-    if args.backup is None:
-        target.unlink(missing_ok=True)
-        return {"path": args.path, "restored": False, "removed": True}
-    source = confine(ctx.workspace, args.backup)
-    if not source.is_file():
-        raise fatal(f"no backup '{args.backup}' in the run's workspace", type="NotFound")
-    data = await asyncio.to_thread(source.read_bytes)
-    await asyncio.to_thread(_write_atomically, target, data)
-    return {"path": args.path, "restored": True, "removed": False}
+    with _beneath(args.path):
+        restored = await asyncio.to_thread(_restore, ctx.workspace, args.path, args.backup)
+    return {"path": args.path, "restored": restored, "removed": not restored}
+
+
+def _restore(workspace: Path, path: str, backup: str | None) -> bool:
+    """Put `backup`'s content at `path` (both beneath `workspace`), or remove `path`."""
+    folder_path, name = beneath.split(path)
+    with beneath.opened_folder(workspace) as root:
+        if backup is None:
+            try:
+                folder = beneath.folder_beneath(root, folder_path)
+            except FileNotFoundError:
+                return False
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=folder)
+            finally:
+                os.close(folder)
+            return False
+        source_path, source_name = beneath.split(backup)
+        source = beneath.folder_beneath(root, source_path)
+        try:
+            try:
+                data = beneath.read_in(source, source_name)
+            except FileNotFoundError:
+                raise fatal(
+                    f"no backup '{backup}' in the run's workspace", type="NotFound"
+                ) from None
+        finally:
+            os.close(source)
+        folder = beneath.folder_beneath(root, folder_path, create=True)
+        try:
+            beneath.replace_in(folder, name, data)
+        finally:
+            os.close(folder)
+    return True

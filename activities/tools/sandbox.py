@@ -12,19 +12,20 @@ A command chosen by a model that read untrusted text runs inside bubblewrap:
   worker's data directory, other runs' workspaces, configuration or environment variables;
 - user 65534 inside, no capabilities, no further user namespaces, a new session (no
   terminal injection), killed with the step;
-- limits on CPU time, address space, file size and open files (rlimits, set by the shell
-  that starts bubblewrap), and on processes: RLIMIT_NPROC where the worker is not root (the
-  kernel does not apply it to root), else a `pids` cgroup of its own per call (moving a
-  process into a cgroup costs milliseconds: run workers as another user, as the compose
-  image does).
+- bounds on the whole step, by the kernel: the memory of all its processes together and
+  their number (a cgroup of its own per call, activities/tools/cgroups.py), its `/tmp` (a
+  tmpfs of LONGRUN_SANDBOX_TMP_MB); per process, CPU time, address space, open files, and
+  the size of a file (the smaller of LONGRUN_SANDBOX_FILE_MB and what the run's workspace
+  quota has left: rlimits, set by the shell that starts bubblewrap). The workspace as a
+  whole is watched by the worker (activities/tools/quota.py).
 
-A worker that cannot confine refuses process tools with the reason, unless the operator
-sets `LONGRUN_SANDBOX=unconfined`.
+A worker that cannot confine, or cannot bound a step's memory, refuses process tools with
+the reason, unless the operator says otherwise (`LONGRUN_SANDBOX=unconfined`,
+`LONGRUN_SANDBOX_UNENFORCED=memory`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import os
@@ -32,14 +33,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from activities.errors import fatal
 from activities.tools import egress
+from activities.tools.cgroups import CallGroups, Cgroups, find_cgroups
 from longrun.settings import Settings
 
 WORKSPACE = "/workspace"  # where the run's workspace is, seen from inside
@@ -61,8 +62,7 @@ ETC = (
     "/etc/mime.types",
 )
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
-CGROUP_GROUP = "longrun-sandbox"
+MB = 1024 * 1024
 
 Mode = Literal["bwrap", "unconfined", "unavailable"]
 
@@ -75,6 +75,7 @@ class Limits:
     memory_bytes: int
     processes: int
     file_bytes: int
+    tmp_bytes: int
     open_files: int = 1024
 
 
@@ -84,32 +85,40 @@ class Confinement:
 
     mode: Mode
     detail: str
-    pids_cgroup: Path | None = None
+    cgroups: Cgroups | None = None
+    bounds: tuple[tuple[str, str], ...] = ()
 
     @property
     def confined(self) -> bool:
         """Whether commands run inside the sandbox."""
         return self.mode == "bwrap"
 
-    def describe(self) -> dict[str, str]:
-        """What `/readyz` and `GET /v1/tools` say about it."""
-        return {"mode": self.mode, "detail": self.detail}
+    def describe(self) -> dict[str, Any]:
+        """What `/readyz` and `GET /v1/tools` say about it: the mode, why, and how each
+        bound is enforced."""
+        return {"mode": self.mode, "detail": self.detail, "bounds": dict(self.bounds)}
 
 
-def limits_of(settings: Settings, timeout_s: float) -> Limits:
-    """The limits of one command from the worker's settings and the step's timeout."""
+def limits_of(settings: Settings, timeout_s: float, workspace_left: int | None = None) -> Limits:
+    """The limits of one command from the worker's settings, the step's timeout and what
+    the run's workspace quota has left (no file may grow past it)."""
+    file_bytes = settings.sandbox_file_mb * MB
+    if workspace_left is not None:
+        file_bytes = max(0, min(file_bytes, workspace_left))
     return Limits(
         cpu_s=int(timeout_s) + 1,
-        memory_bytes=settings.sandbox_memory_mb * 1024 * 1024,
+        memory_bytes=settings.sandbox_memory_mb * MB,
         processes=settings.sandbox_processes,
-        file_bytes=settings.sandbox_file_mb * 1024 * 1024,
+        file_bytes=file_bytes,
+        tmp_bytes=settings.sandbox_tmp_mb * MB,
     )
 
 
-def _system() -> list[str]:
-    """The new root's read-only part: system directories, the worker's Python."""
+def _system(tmp_bytes: int) -> list[str]:
+    """The new root's read-only part: system directories, the worker's Python; an empty
+    `/tmp` of `tmp_bytes`."""
     # /tmp first: what is bound later may live under the host's /tmp (a venv, say).
-    args: list[str] = ["--tmpfs", "/tmp"]
+    args: list[str] = ["--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     for path in SYSTEM:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -123,8 +132,8 @@ def _system() -> list[str]:
     return args
 
 
-def _binds(workspace: Path, door: Path | None) -> list[str]:
-    args = _system()
+def _binds(workspace: Path, door: Path | None, tmp_bytes: int) -> list[str]:
+    args = _system(tmp_bytes)
     if door is not None:
         args += ["--ro-bind", str(door), egress.INSIDE]
     return [
@@ -160,23 +169,29 @@ def _backups(workspace: Path) -> Path:
     return backups
 
 
-def bwrap_argv(argv: list[str], workspace: Path, door: Path | None = None) -> list[str]:
-    """`argv` wrapped in bubblewrap, confined to `workspace`; with a `door` (an egress
-    folder), able to reach allowed hosts through it (activities/tools/egress.py)."""
+def bwrap_argv(
+    argv: list[str], workspace: Path, tmp_bytes: int, door: Path | None = None
+) -> list[str]:
+    """`argv` wrapped in bubblewrap, confined to `workspace` with a `/tmp` of `tmp_bytes`;
+    with a `door` (an egress folder), able to reach allowed destinations through it
+    (activities/tools/egress.py)."""
     if door is not None:
         argv = egress.wrap(argv, sys.executable)
-    return [*_bwrap(), *_binds(workspace, door), "--chdir", WORKSPACE, "--", *argv]
+    return [*_bwrap(), *_binds(workspace, door, tmp_bytes), "--chdir", WORKSPACE, "--", *argv]
 
 
-def server_argv(argv: list[str], paths: list[str], door: Path | None = None) -> list[str]:
+def server_argv(
+    argv: list[str], paths: list[str], tmp_bytes: int, door: Path | None = None
+) -> list[str]:
     """A long-lived server's `argv` (a stdio MCP server's) in bubblewrap: the new root's
-    read-only part, `paths` read-write; with a `door` (an egress folder), able to reach
-    allowed destinations through it, as process tools do; else no network."""
+    read-only part, `paths` read-write, a `/tmp` of `tmp_bytes`; with a `door` (an egress
+    folder), able to reach allowed destinations through it, as process tools do; else no
+    network."""
     binds = [arg for path in paths for arg in ("--bind", path, path)]
     if door is not None:
         binds += ["--ro-bind", str(door), egress.INSIDE]
         argv = egress.wrap(argv, sys.executable)
-    return [*_bwrap(), *_system(), *binds, *_FINISH, "--", *argv]
+    return [*_bwrap(), *_system(tmp_bytes), *binds, *_FINISH, "--", *argv]
 
 
 def _bwrap() -> list[str]:
@@ -198,10 +213,10 @@ def _bwrap() -> list[str]:
     ]
 
 
-def _limits_script(limits: Limits, *, root: bool, group: Path | None) -> str:
+def _limits_script(limits: Limits, *, per_user: bool, groups: CallGroups | None) -> str:
     """A shell line that sets the rlimits (inherited by all the command starts), joins
-    `group` if given (before anything it starts exists: no process escapes it), then runs
-    the rest of its arguments. One `sh` does it: cheaper than a `prlimit` process."""
+    `groups` if given (before anything it starts exists: no process escapes them), then
+    runs the rest of its arguments. One `sh` does it: cheaper than a `prlimit` process."""
     sets = [
         f"-t {limits.cpu_s}",
         f"-v {limits.memory_bytes // 1024}",
@@ -209,9 +224,9 @@ def _limits_script(limits: Limits, *, root: bool, group: Path | None) -> str:
         f"-n {limits.open_files}",
         "-c 0",
     ]
-    if not root:  # counted per user: the worker's own processes count too
+    if per_user:  # counted per user: the worker's own processes count too
         sets.append(f"-p {limits.processes + _processes_of_user()}")
-    join = 'echo $$ > "$0/cgroup.procs" && ' if group is not None else ""
+    join = groups.join_script() if groups is not None else ""
     limited = " && ".join(f"ulimit {each}" for each in sets)  # dash sets one per call
     return f'{limited} && {join}exec "$@"'
 
@@ -238,6 +253,24 @@ def exec_failure(stderr: str, name: str) -> str | None:
     return f"the sandbox could not start {name}: {stderr.strip()[:300]}"
 
 
+@dataclass(frozen=True)
+class Call:
+    """One command's line, and the cgroups that bound it (when the worker has them)."""
+
+    argv: list[str]
+    groups: CallGroups | None = None
+
+    def bound_passed(self, limits: Limits) -> str | None:
+        """Which bound the kernel enforced by killing a process of the call, or None."""
+        if self.groups is not None and self.groups.oom_kills() > 0:
+            return (
+                f"the step's processes together passed their memory bound of "
+                f"{limits.memory_bytes // MB} MB (LONGRUN_SANDBOX_MEMORY_MB) and the kernel "
+                "killed one"
+            )
+        return None
+
+
 @contextlib.contextmanager
 def confined_argv(
     confinement: Confinement,
@@ -245,74 +278,34 @@ def confined_argv(
     workspace: Path,
     limits: Limits,
     door: Path | None = None,
-) -> Iterator[list[str]]:
+) -> Iterator[Call]:
     """The command line that runs `argv` as `confinement` says, for the time of the block
-    (a `pids` cgroup, when one is used, is removed after it)."""
+    (its cgroups, when used, are removed after it)."""
     if not confinement.confined:
-        yield argv
+        yield Call(argv)
         return
-    inner = bwrap_argv(argv, workspace, door)
-    group = None
-    if confinement.pids_cgroup is not None:
-        group = confinement.pids_cgroup / f"call-{uuid.uuid4().hex}"
-        group.mkdir()
+    inner = bwrap_argv(argv, workspace, limits.tmp_bytes, door)
+    groups = None
+    if confinement.cgroups is not None:
+        groups = confinement.cgroups.make(limits.memory_bytes, limits.processes)
     try:
-        if group is not None:
-            (group / "pids.max").write_text(str(limits.processes))
-        script = _limits_script(limits, root=os.geteuid() == 0, group=group)
-        # The script's $0 names the group it joins.
-        yield ["sh", "-c", script, str(group or "sh"), *inner]
+        per_user = groups is None and os.geteuid() != 0
+        script = _limits_script(limits, per_user=per_user, groups=groups)
+        yield Call(["sh", "-c", script, "sh", *inner], groups)
     finally:
-        if group is not None:
-            _remove_group(group)
-
-
-def _remove_group(group: Path, tries: int = 100) -> None:
-    """Kill what is left in a call's cgroup (the sandbox dies with its parent; this is in
-    case) and remove it. The kernel may still be tearing its last processes down: then it
-    is tried again a little later on the event loop, which the step does not wait for."""
-    try:
-        pids = (group / "cgroup.procs").read_text().split()
-    except FileNotFoundError:
-        return
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pid), 9)
-    try:
-        group.rmdir()
-    except OSError:
-        if tries > 0:
-            asyncio.get_running_loop().call_later(0.05, _remove_group, group, tries - 1)
-
-
-def _pids_cgroup() -> Path | None:
-    """A `pids` cgroup this worker may create groups under, or None."""
-    for root in CGROUP_ROOTS:
-        base = root / CGROUP_GROUP
-        try:
-            base.mkdir(exist_ok=True)
-            probe = base / f"probe-{os.getpid()}"
-            probe.mkdir(exist_ok=True)
-            ok = (probe / "pids.max").exists()
-            probe.rmdir()
-        except OSError:
-            continue
-        if ok:
-            if root == Path("/sys/fs/cgroup"):  # cgroup v2: its children need the controller
-                with contextlib.suppress(OSError):
-                    (base / "cgroup.subtree_control").write_text("+pids")
-            return base
-    return None
+        if groups is not None:
+            groups.remove()
 
 
 @functools.cache
-def _probe(mode: str, path: str) -> Confinement:
+def _probe(mode: str, path: str, cgroup: Path | None, unenforced: frozenset[str]) -> Confinement:
     """How process tools run in `mode` with the commands on `path` (found once)."""
     if mode == "unconfined":
         return Confinement(
             "unconfined",
             "LONGRUN_SANDBOX=unconfined: process tools run as the worker's user, with its "
             "files, environment and network",
+            bounds=(("workspace", "watched by the worker"),),
         )
     if shutil.which("bwrap", path=path) is None or shutil.which("sh", path=path) is None:
         return Confinement(
@@ -320,19 +313,23 @@ def _probe(mode: str, path: str) -> Confinement:
             "bubblewrap (bwrap) and sh are needed to confine process tools: install "
             "bubblewrap (Debian: bubblewrap), or set LONGRUN_SANDBOX=unconfined",
         )
-    pids = None
-    if os.geteuid() == 0:
-        pids = _pids_cgroup()
-        if pids is None:
-            return Confinement(
-                "unavailable",
-                "the worker runs as root, where the kernel does not limit processes per "
-                "user, and no pids cgroup is writable: run the worker as another user, or "
-                "set LONGRUN_SANDBOX=unconfined",
-            )
+    groups, why = find_cgroups(cgroup)
+    if groups is None and "memory" not in unenforced:
+        return Confinement(
+            "unavailable",
+            f"the memory of a step's processes together cannot be bounded: {why}. Run the "
+            "worker as root, or name a delegated cgroup in LONGRUN_SANDBOX_CGROUP; or accept "
+            "per-process limits only with LONGRUN_SANDBOX_UNENFORCED=memory",
+        )
+    if groups is None and os.geteuid() == 0:
+        return Confinement(
+            "unavailable",
+            "the worker runs as root, where the kernel does not limit processes per user, "
+            f"and {why}: run the worker as another user, or set LONGRUN_SANDBOX=unconfined",
+        )
     with tempfile.TemporaryDirectory() as empty:
         check = subprocess.run(
-            bwrap_argv(["true"], Path(empty)),
+            bwrap_argv(["true"], Path(empty), MB),
             capture_output=True,
             text=True,
             check=False,
@@ -345,15 +342,32 @@ def _probe(mode: str, path: str) -> Confinement:
             "namespaces may be off, or a container's seccomp profile forbids them); or set "
             "LONGRUN_SANDBOX=unconfined",
         )
-    where = f"processes limited by the cgroup {pids}" if pids else "processes limited per user"
-    return Confinement("bwrap", f"bubblewrap: no network, workspace only; {where}", pids)
+    if groups is not None:
+        memory = f"the step's processes together: {groups.describe()}, swap off"
+        processes = memory
+    else:
+        memory = "per process only (address space): LONGRUN_SANDBOX_UNENFORCED=memory"
+        processes = "per user (RLIMIT_NPROC)"
+    bounds = (
+        ("memory", memory),
+        ("processes", processes),
+        ("tmp", "a sized tmpfs per step"),
+        ("file", "per file (RLIMIT_FSIZE)"),
+        ("workspace", "per file by the kernel, the whole watched by the worker"),
+    )
+    where = "memory bounded per step" if groups else "memory bounded per process only"
+    return Confinement("bwrap", f"bubblewrap: no network, workspace only; {where}", groups, bounds)
 
 
 def confinement(settings: Settings) -> Confinement:
     """How this process would run process tools (probed once per process)."""
-    return confinement_of(settings.sandbox)
+    return confinement_of(
+        settings.sandbox, settings.sandbox_cgroup, frozenset(settings.sandbox_unenforced)
+    )
 
 
-def confinement_of(mode: str) -> Confinement:
+def confinement_of(
+    mode: str, cgroup: Path | None = None, unenforced: frozenset[str] = frozenset()
+) -> Confinement:
     """How this process would run processes in `mode` (LONGRUN_SANDBOX)."""
-    return _probe(mode, os.environ.get("PATH", os.defpath))
+    return _probe(mode, os.environ.get("PATH", os.defpath), cgroup, unenforced)

@@ -1,10 +1,9 @@
-"""Confinement of file paths to a run's workspace."""
+"""Paths a step names in its run's workspace: relative, and never up (longrun/beneath.py
+opens them without leaving it)."""
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
-
-from activities.errors import fatal
+from pathlib import PurePosixPath
 
 
 def check_relative(path: str) -> str:
@@ -19,12 +18,3 @@ def check_relative(path: str) -> str:
     if not pure.parts:
         raise ValueError("path must name a file inside the workspace")
     return path
-
-
-def confine(workspace: Path, path: str) -> Path:
-    """The real path of `path` inside `workspace`; symlinks that lead out are rejected."""
-    root = workspace.resolve()
-    target = (root / check_relative(path)).resolve()
-    if not target.is_relative_to(root):
-        raise fatal(f"path '{path}' leads outside the run's workspace (through a symlink)")
-    return target

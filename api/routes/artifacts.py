@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import mimetypes
 import re
-from pathlib import Path
+from pathlib import PurePosixPath
 from urllib.parse import quote
 
 from fastapi import APIRouter, HTTPException
@@ -16,11 +16,11 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
 from activities.artifacts import store_for
-from activities.tools.workspace import confine
 from api import access
 from api.access import Admin, Reader
 from api.deps import SettingsDep, TemporalClient
 from api.schemas import answers
+from longrun import beneath
 from longrun.settings import Settings
 
 log = logging.getLogger("longrun.api")
@@ -97,14 +97,13 @@ async def get_artifact(
             return download(data, media, name.replace(":", "-"))
         if not name.startswith(f"{DELIVERABLES}/"):
             raise HTTPException(404, f"no artifact '{name}': names are sha256:… or out/…")
-        path = confine(settings.workspaces_dir / run_id / "workspace", name)
-    except (ApplicationError, ValueError) as exc:
+        workspace = settings.workspaces_dir / run_id / "workspace"
+        content, _ = await run_in_threadpool(beneath.read_beneath, workspace, name, -1)
+    except (ApplicationError, OSError, ValueError) as exc:
         raise HTTPException(404, f"no artifact '{name}' in run '{run_id}'") from exc
-    content = await run_in_threadpool(_read_file, path)
-    if content is None:
-        raise HTTPException(404, f"no artifact '{name}' in run '{run_id}'")
-    media = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    return download(content, media, path.name)
+    filename = PurePosixPath(name).name
+    media = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+    return download(content, media, filename)
 
 
 def download(content: bytes, media: str, filename: str) -> Response:
@@ -135,10 +134,6 @@ async def delete_artifacts(
     deleted = await run_in_threadpool(store_for(settings).delete_run, run_id)
     log.info("%s deleted the %d stored outputs of run %s", caller.name, deleted, run_id)
     return Deleted(deleted=deleted)
-
-
-def _read_file(path: Path) -> bytes | None:
-    return path.read_bytes() if path.is_file() else None
 
 
 def _is_text(data: bytes) -> bool:
