@@ -1,6 +1,7 @@
 """What the API refuses before any route parses a body: bodies too big, and JSON a route
-could parse but nothing after it could carry (too deeply nested, not Unicode text, not
-finite numbers). Each is a 422 that names the problem; nothing starts."""
+could parse but nothing after it could carry (nested deeper than MAX_JSON_DEPTH, not
+Unicode text, not finite numbers), however the body is labelled. Each is a 422 that names
+the problem and where it is; nothing starts."""
 
 from __future__ import annotations
 
@@ -17,41 +18,52 @@ MAX_JSON_DEPTH = 64
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-class _NotFinite(ValueError):
-    pass
+Loc = tuple[str | int, ...]
 
 
-def _no_constants(name: str) -> Any:
-    raise _NotFinite(name)
+class _NotFinite:
+    """Where NaN or Infinity stood in a body, found again by the walk that follows."""
 
 
-def json_problem(body: bytes) -> str | None:
-    """Why a JSON body cannot be taken, or None; a body that is not JSON at all is left
-    to the route, which says so."""
+_NOT_FINITE = _NotFinite()
+
+
+def json_problem(body: bytes) -> tuple[Loc, str] | None:
+    """Where and why a JSON body cannot be taken, or None; a body that is not JSON at all
+    is left to the route, which says so. Every body is looked at, whatever its
+    Content-Type says: the label is the client's, the bytes are what a route may parse."""
     try:
-        value = json.loads(body, parse_constant=_no_constants)
-    except _NotFinite:
-        return "numbers must be finite (no NaN or Infinity)"
+        value = json.loads(body, parse_constant=lambda _: _NOT_FINITE)
     except RecursionError:
-        return f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+        return ("body",), f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
     except UnicodeDecodeError:
-        return "the body is not UTF-8 text"
+        return ("body",), "the body is not UTF-8 text"
     except ValueError:
         return None
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack: list[tuple[Any, Loc]] = [(value, ("body",))]
     while stack:
-        item, depth = stack.pop()
+        item, loc = stack.pop()
         if isinstance(item, dict | list):
-            if depth > MAX_JSON_DEPTH:
-                return f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
-            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
+            if len(loc) > MAX_JSON_DEPTH:
+                return loc, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in pairs:
+                if isinstance(key, str) and _unpaired(key):
+                    return (*loc, key), _SURROGATE
+                stack.append((child, (*loc, key)))
         elif isinstance(item, str):
-            if not item.isascii() and _LONE_SURROGATE.search(item):
-                return "strings must be Unicode text (a lone surrogate such as \\ud800 is not)"
-        elif isinstance(item, float) and not math.isfinite(item):
-            return "numbers must be finite (1e999 is not)"
+            if _unpaired(item):
+                return loc, _SURROGATE
+        elif item is _NOT_FINITE or (isinstance(item, float) and not math.isfinite(item)):
+            return loc, "numbers must be finite (no NaN or Infinity; 1e999 is not)"
     return None
+
+
+_SURROGATE = "strings must be Unicode text (a lone surrogate such as \\ud800 is not)"
+
+
+def _unpaired(text: str) -> bool:
+    return not text.isascii() and _LONE_SURROGATE.search(text) is not None
 
 
 class BodyGuard:
@@ -87,12 +99,10 @@ class BodyGuard:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        kind = headers.get(b"content-type", b"")
-        if body and (not kind or b"json" in kind):
-            problem = json_problem(body)
-            if problem is not None:
-                await _refuse(send, "invalid_json", problem)
-                return
+        problem = json_problem(body) if body else None
+        if problem is not None:
+            await _refuse(send, "invalid_json", problem[1], problem[0])
+            return
         replayed = False
 
         async def replay() -> Message:
@@ -108,8 +118,9 @@ class BodyGuard:
         return f"request body is {size} bytes; the limit is {self.limit} bytes"
 
 
-async def _refuse(send: Send, kind: str, message: str) -> None:
-    body = json.dumps({"detail": [{"type": kind, "loc": ["body"], "msg": message}]}).encode()
+async def _refuse(send: Send, kind: str, message: str, loc: Loc = ("body",)) -> None:
+    detail = [{"type": kind, "loc": list(loc), "msg": message}]
+    body = json.dumps({"detail": detail}).encode()
     await send(
         {
             "type": "http.response.start",

@@ -9,6 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 from openapi_spec_validator import validate
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -174,19 +177,44 @@ def _nested(depth: int) -> Any:
     return value
 
 
+STEP = ("body", "plan", "steps", 0)
+
+
 @pytest.mark.parametrize(
-    ("raw", "says"),
+    ("raw", "loc", "says"),
     [
         # A lone surrogate is valid JSON but not Unicode text: nothing could carry it on.
-        ('{"goal": "\\ud800", "plan": {"steps": [{"id": "a", "tool": "echo"}]}}', "surrogate"),
+        (
+            '{"goal": "\\ud800", "plan": {"steps": [{"id": "a", "tool": "echo"}]}}',
+            ("body", "goal"),
+            "surrogate",
+        ),
         (
             '{"goal": "g", "plan": {"steps": [{"id": "a", "tool": "echo", '
             '"args": {"value": "x\\udfff"}}]}}',
+            (*STEP, "args", "value"),
             "surrogate",
         ),
-        ('{"goal": "g", "plan": {"steps": [{"id": "w", "wait": {"seconds": NaN}}]}}', "finite"),
-        ('{"goal": "g", "plan": {"steps": [{"id": "w", "wait": {"seconds": 1e999}}]}}', "finite"),
-        ('{"goal": "g", "budget": {"max_cost_usd": -Infinity}}', "finite"),
+        (
+            '{"goal": "g", "labels": {"\\ud800": "x"}}',
+            ("body", "labels", "\ud800"),
+            "surrogate",
+        ),
+        (
+            '{"goal": "g", "plan": {"steps": [{"id": "w", "wait": {"seconds": NaN}}]}}',
+            (*STEP, "wait", "seconds"),
+            "finite",
+        ),
+        (
+            '{"goal": "g", "plan": {"steps": [{"id": "w", "wait": {"seconds": 1e999}}]}}',
+            (*STEP, "wait", "seconds"),
+            "finite",
+        ),
+        (
+            '{"goal": "g", "budget": {"max_cost_usd": -Infinity}}',
+            ("body", "budget", "max_cost_usd"),
+            "finite",
+        ),
         (
             json.dumps(
                 {
@@ -196,19 +224,82 @@ def _nested(depth: int) -> Any:
                     },
                 }
             ),
-            "nested deeper",
+            (*STEP, "args", "value", *["a"] * 59),  # the first value past 64 levels
+            "nested deeper than 64",
         ),
-        ("[" * 10_000 + "]" * 10_000, "nested deeper"),
-        (b'{"goal": "\xff"}', "not UTF-8"),
+        ("[" * 10_000 + "]" * 10_000, ("body",), "nested deeper than 64"),
+        (b'{"goal": "\xff"}', ("body",), "not UTF-8"),
     ],
 )
-async def test_hostile_json_gets_a_clear_422_and_starts_nothing(
-    api: httpx.AsyncClient, client: Client, settings: Settings, raw: str | bytes, says: str
+@pytest.mark.parametrize(
+    "media",
+    [
+        "application/json",
+        "APPLICATION/JSON",
+        "Application/Json; Charset=UTF-8",
+        "application/vnd.api+JSON",
+        "text/plain",
+        None,
+    ],
+)
+async def test_hostile_json_gets_a_clear_422_with_its_path_and_starts_nothing(
+    api: httpx.AsyncClient,
+    client: Client,
+    settings: Settings,
+    raw: str | bytes,
+    loc: tuple[str | int, ...],
+    says: str,
+    media: str | None,
 ) -> None:
-    response = await api.post("/v1/runs", content=raw, headers={"content-type": "application/json"})
+    headers = {"content-type": media} if media is not None else {}
+    response = await api.post("/v1/runs", content=raw, headers=headers)
     assert response.status_code == 422, response.text
     [error] = response.json()["detail"]
-    assert error["loc"] == ["body"] and says in error["msg"], error
+    assert error["loc"] == list(loc) and says in error["msg"], error
+    assert await _count_runs(client, settings) == 0
+
+
+def _media_types() -> st.SearchStrategy[str | None]:
+    """JSON media types as clients write them: any case, with or without parameters."""
+    base = st.sampled_from(["application/json", "application/problem+json", "text/plain"])
+    cased = st.tuples(base, st.randoms()).map(
+        lambda pair: "".join(c.upper() if pair[1].random() < 0.5 else c for c in pair[0])
+    )
+    params = st.sampled_from(["", "; charset=utf-8", ";CHARSET=UTF-8", "; q=1; x=y"])
+    return st.one_of(st.none(), st.tuples(cased, params).map("".join))
+
+
+HOSTILE = {"nan": "NaN", "inf": "-Infinity", "big": "1e999", "lone": '"x\\ud800"'}
+
+
+@examples(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    media=_media_types(),
+    keys=st.lists(st.text("abcdefgh", min_size=1, max_size=4), min_size=0, max_size=5),
+    hostile=st.sampled_from(sorted(HOSTILE)),
+)
+async def test_a_hostile_value_anywhere_under_any_label_is_refused_where_it_is(
+    api: httpx.AsyncClient,
+    client: Client,
+    settings: Settings,
+    media: str | None,
+    keys: list[str],
+    hostile: str,
+) -> None:
+    # A run request whose echo step carries the value `keys` deep in its arguments.
+    inner = "__HOSTILE__"
+    value: Any = inner
+    for key in reversed(keys):
+        value = {key: value}
+    body = json.dumps(
+        {"goal": "g", "plan": {"steps": [{"id": "a", "tool": "echo", "args": {"value": value}}]}}
+    )
+    raw = body.replace(json.dumps(inner), HOSTILE[hostile])
+    headers = {"content-type": media} if media is not None else {}
+    response = await api.post("/v1/runs", content=raw, headers=headers)
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "plan", "steps", 0, "args", "value", *keys], error
     assert await _count_runs(client, settings) == 0
 
 
