@@ -2,8 +2,8 @@
 
 A resource belongs to the key that created it (its owner) and to that key's tenant, if it has
 one. A caller sees only resources of its own tenant (a key without a tenant: those without
-one); admin sees all. Among what it sees, what it may do depends on its roles, and for some
-actions on being the owner:
+one); an admin key of no tenant sees all. Among what it sees, what it may do depends on its
+roles, and for some actions on being the owner:
 
 | action          | any visible resource | only its own |
 |-----------------|----------------------|--------------|
@@ -117,7 +117,12 @@ Admin = Annotated[Principal, Depends(requires("delete"))]
 
 def sees(caller: Principal, holder: Holder) -> bool:
     """Whether `caller` may know the resource exists."""
-    return "admin" in caller.roles or caller.tenant == holder.tenant
+    return caller.tenant == holder.tenant or _server_admin(caller)
+
+
+def _server_admin(caller: Principal) -> bool:
+    """An admin key of no tenant: the server's own admin, who sees every tenant."""
+    return "admin" in caller.roles and caller.tenant is None
 
 
 def check(caller: Principal, action: Action, holder: Holder, what: str) -> None:
@@ -164,14 +169,14 @@ async def run_for(
 
 def server_wide(caller: Principal) -> None:
     """403 unless `caller` may see what concerns every tenant (the server's own metrics):
-    admin, or a key of no tenant."""
-    if caller.tenant is not None and "admin" not in caller.roles:
+    a key of no tenant."""
+    if caller.tenant is not None:
         raise HTTPException(403, "a key of a tenant sees only its tenant's runs and figures")
 
 
 def visible_clause(caller: Principal) -> str | None:
     """The visibility filter for the runs `caller` may see; None: all of them."""
-    if "admin" in caller.roles:
+    if _server_admin(caller):
         return None
     if caller.tenant is None:
         return f"{TENANT_ATTRIBUTE.name} IS NULL"

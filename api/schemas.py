@@ -141,3 +141,8 @@ class ProcessTools(BaseModel):
         "operator's choice); unavailable: refused, see detail"
     )
     detail: str
+    bounds: dict[str, str] = Field(
+        default_factory=dict,
+        description="how each bound of a step is enforced here: memory, processes, tmp, file, "
+        "workspace",
+    )

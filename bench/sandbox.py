@@ -4,16 +4,21 @@ in one run:
 - per call: the `tool.shell` activity alone running a trivial command (`true`) and a short
   Python one, inside bubblewrap (LONGRUN_SANDBOX=bwrap) and unconfined;
 - per step: plans of sequential `shell` steps running `true`, through a Temporal dev server
-  and a worker of each kind (what a run pays per step: its workflow and activity tasks too).
+  and a worker of each kind (what a run pays per step: its workflow and activity tasks too);
+- per step, the sandbox as it was at commit BEFORE (no per-step memory cgroup, no sized
+  /tmp, no workspace quota): that commit's own bench/sandbox.py, from a git worktree, in
+  the same run, beside this one.
 
-    .venv/bin/python bench/sandbox.py [--calls 40] [--rounds 5] [--steps 20]
+    .venv/bin/python bench/sandbox.py [--calls 40] [--rounds 5] [--steps 20] [--before REV]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +46,9 @@ from longrun.temporal import connect, ensure_search_attributes  # noqa: E402
 from worker import serving  # noqa: E402
 
 COMMANDS = {"true": ["true"], "python -c pass": [sys.executable, "-c", "pass"]}
+# The last commit whose sandbox bounded a step's processes one by one only (a pids cgroup,
+# no memory cgroup, an unsized /tmp, no workspace quota).
+BEFORE = "8593b49"
 
 
 def _shell(settings: Settings) -> Callable[..., Any]:
@@ -135,14 +143,15 @@ async def measure(calls: int, rounds: int) -> dict[str, dict[str, float]]:
 
 
 def report(result: dict[str, dict[str, float]]) -> None:
-    """Print each command's cost, confined and not."""
+    """Print each measure's cost, confined and against its baseline."""
     for name, modes in result.items():
         if not modes:
             continue
         ratio = modes["bwrap"] / modes["unconfined"]
+        against = "before" if "against the sandbox of" in name else "unconfined"
         print(
             f"{name}: {modes['bwrap']:.1f} ms confined, {modes['unconfined']:.1f} ms "
-            f"unconfined ({ratio:.2f}x)"
+            f"{against} ({ratio:.2f}x)"
         )
 
 
@@ -155,21 +164,70 @@ def figures(result: dict[str, dict[str, float]]) -> list[Figure]:
             "ms",
             modes["bwrap"],
             modes["unconfined"],
-            baseline_name="unconfined",
-            target="<= 1.2" if name.startswith("per step") else "",
+            baseline_name="the sandbox before"
+            if "against the sandbox of" in name
+            else "unconfined",
+            target="<= 1.2" if name.startswith("per step: a plan") else "",
         )
         for name, modes in result.items()
     ]
 
 
-async def measure_all(calls: int, rounds: int, steps: int) -> dict[str, dict[str, float]]:
-    """Both measures, as the suite's figures name them."""
+def measure_before(rev: str, steps: int, rounds: int) -> dict[str, float]:
+    """Median ms per `shell true` step, confined and not, by the code of commit `rev` (its
+    own bench/sandbox.py in a worktree of its own, on this machine, now)."""
+    repo = _HERE.parent
+    with tempfile.TemporaryDirectory(prefix="longrun-bench-before-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(
+            ["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), rev],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            code = (
+                "import asyncio, json, sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/bench']; "
+                "import sandbox; "
+                "print(json.dumps(asyncio.run(sandbox.measure_steps(int(sys.argv[2]), "
+                "int(sys.argv[3])))))"
+            )
+            done = subprocess.run(
+                [sys.executable, "-c", code, str(tree), str(steps), str(rounds)],
+                cwd=tree,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+        finally:
+            subprocess.run(
+                ["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
+                check=False,
+                capture_output=True,
+            )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    if not found.get("bwrap") or not found.get("unconfined"):
+        raise RuntimeError(f"commit {rev}'s sandbox bench measured nothing: {done.stdout}")
+    return {"bwrap": float(found["bwrap"]), "unconfined": float(found["unconfined"])}
+
+
+async def measure_all(
+    calls: int, rounds: int, steps: int, before: str | None = BEFORE
+) -> dict[str, dict[str, float]]:
+    """The measures, as the suite's figures name them."""
     calls_found = await measure(calls, rounds)
     steps_found = await measure_steps(steps, rounds)
-    return {
+    found = {
         **{f"per call: {name}": modes for name, modes in calls_found.items()},
         f"per step: a plan of {steps} shell true steps": steps_found,
     }
+    if before:
+        old = await asyncio.to_thread(measure_before, before, steps, rounds)
+        found[f"per step: the same, against the sandbox of {before}"] = {
+            "bwrap": steps_found["bwrap"],
+            "unconfined": old["bwrap"],
+        }
+        found[f"per step: the sandbox of {before}, against its unconfined step"] = old
+    return found
 
 
 def main() -> None:
@@ -178,8 +236,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--before", default=BEFORE, help="a commit to measure beside; '' for none")
     args = parser.parse_args()
-    report(asyncio.run(measure_all(args.calls, args.rounds, args.steps)))
+    report(asyncio.run(measure_all(args.calls, args.rounds, args.steps, args.before or None)))
 
 
 if __name__ == "__main__":

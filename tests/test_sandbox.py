@@ -244,7 +244,28 @@ async def test_readiness_and_the_tool_list_say_how_process_tools_run(
             ready = (await http.get("/readyz")).json()
             listed = (await http.get("/v1/tools")).json()
         assert ready["process_tools"]["mode"] == listed["process_tools"]["mode"] == mode
+        if mode == "bwrap":
+            bounds = ready["process_tools"]["bounds"]
+            assert "the step's processes together: cgroup v" in bounds["memory"], bounds
+            assert set(bounds) == {"memory", "processes", "tmp", "file", "workspace"}
     assert "as the worker's user" in ready["process_tools"]["detail"]
+
+
+async def test_a_memory_bound_that_cannot_be_enforced_refuses_process_tools(
+    cfg: Settings, tmp_path: Path
+) -> None:
+    # A "delegated cgroup" that is no cgroup: per-step memory cannot be bounded here.
+    unbounded = cfg.model_copy(update={"sandbox_cgroup": tmp_path})
+    err = await Tools(unbounded, "run-" + uuid.uuid4().hex).fail("shell", argv=["true"])
+    assert err.type == "SandboxUnavailable", err.message
+    assert f"LONGRUN_SANDBOX_CGROUP={tmp_path} is not a cgroup v2 folder" in err.message
+    assert "LONGRUN_SANDBOX_UNENFORCED=memory" in err.message
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(unbounded)), base_url="http://localhost"
+    ) as http:
+        listed = (await http.get("/v1/tools")).json()
+    assert listed["process_tools"]["mode"] == "unavailable"
+    assert "cannot be bounded" in listed["process_tools"]["detail"]
 
 
 @pytest.fixture

@@ -33,8 +33,8 @@ def _listening_sockets() -> dict[int, tuple[str, int]]:
 
 def _socket_inodes(pid: int) -> set[int]:
     inodes: set[int] = set()
-    with contextlib.suppress(OSError):
-        for fd in os.scandir(f"/proc/{pid}/fd"):
+    with contextlib.suppress(OSError), os.scandir(f"/proc/{pid}/fd") as fds:
+        for fd in fds:
             with contextlib.suppress(OSError):
                 target = os.readlink(fd.path)
                 if target.startswith("socket:["):
@@ -53,9 +53,10 @@ def owner_of(port: int) -> int | None:
     inodes = {inode for inode, (_, p) in _listening_sockets().items() if p == port}
     if not inodes:
         return None
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and _socket_inodes(int(entry.name)) & inodes:
-            return int(entry.name)
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit() and _socket_inodes(int(entry.name)) & inodes:
+                return int(entry.name)
     return None
 
 
