@@ -77,6 +77,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import httpx
 from openai import AsyncOpenAI, OpenAIError
@@ -414,6 +415,7 @@ async def measure(args: argparse.Namespace, rates: list[float]) -> tuple[Results
                 OPENAI_BASE_URL=f"{standin_server.url}/v1",
                 OPENAI_API_KEY="x",
                 LONGRUN_MODEL=STANDIN_MODEL,
+                LONGRUN_HTTP_ALLOW_HOSTS=urlsplit(flaky_server.url).netloc,
             )
             client = await connect(settings)
             transport = httpx.ASGITransport(app=create_api(settings))

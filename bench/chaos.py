@@ -113,6 +113,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from starlette.applications import Starlette
@@ -1420,7 +1421,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, stop)
     tmp = Path(tempfile.mkdtemp(prefix="longrun-chaos-"))
     receiver = Receiver(args.seed)
-    stack = Stack(tmp, args.workers)
+    stack = Stack(tmp, args.workers, allow=(urlsplit(receiver.url).netloc,))
     code = 0
     try:
         with receiver.server:

@@ -35,6 +35,7 @@ from asyncio.subprocess import Process
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -183,6 +184,7 @@ async def measure(
                 "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
                 "OPENAI_API_KEY": "x",
                 "LONGRUN_WORKER_SHUTDOWN_S": "0",
+                "LONGRUN_HTTP_ALLOW_HOSTS": urlsplit(target.url).netloc,
             }
             worker = WorkerProcess(env, Path(tmp) / "worker.log")
             await worker.start()

@@ -122,7 +122,18 @@ def _env(settings: Settings) -> dict[str, str]:
         "LONGRUN_MODEL": settings.model,
         "LONGRUN_DATA_DIR": str(settings.data_dir),
         "LONGRUN_CONTINUE_AS_NEW_EVERY": str(settings.continue_as_new_every),
+        "LONGRUN_HTTP_ALLOW_HOSTS": ",".join(settings.http_allow_hosts),
     }
+
+
+def allow(settings: Settings, *urls: str) -> None:
+    """Let runs of `settings` reach the servers at `urls` (host:port): in place, so a
+    worker already serving these settings in this process takes them too, and one started
+    after this, in a process of its own, is told."""
+    for url in urls:
+        netloc = httpx.URL(url).netloc.decode()
+        if netloc not in settings.http_allow_hosts:
+            settings.http_allow_hosts.append(netloc)
 
 
 def start_api(

@@ -23,7 +23,7 @@ from api.app import create_app
 from longrun import wire
 from longrun.settings import ApiKey, Settings, hash_key
 from longrun.temporal import DATA_CONVERTER
-from tests.helpers import LISTING_WORDS, Poll, StandIn, listing_server, submit
+from tests.helpers import LISTING_WORDS, Poll, StandIn, allow, listing_server, submit
 from worker import serving
 from workflows import RunWorkflow
 
@@ -114,13 +114,14 @@ async def test_call_arguments_too_big_to_travel_are_stored_and_read_back(
 
 
 async def test_a_result_too_big_to_travel_lists_references(
-    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+    api: httpx.AsyncClient, client: Client, settings: Settings, worker: Worker, wait_run: Poll
 ) -> None:
     # Forty parallel GETs, each answering ~60 KB of JSON made of short strings: no string
     # is big enough to be stored on its own, but together the result is ~2.4 MB, above
     # Temporal's payload limit.
     words = LISTING_WORDS
     with listing_server() as url:
+        allow(settings, url)
         steps = [
             {"id": f"get{n}", "tool": "http_request", "args": {"url": f"{url}/listing/{n}"}}
             for n in range(40)

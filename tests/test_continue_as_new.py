@@ -17,7 +17,7 @@ from temporalio.worker import Replayer, Worker
 from api.app import create_app
 from longrun.settings import Settings
 from longrun.temporal import DATA_CONVERTER
-from tests.helpers import LISTING_WORDS, Poll, listing_server, submit
+from tests.helpers import LISTING_WORDS, Poll, allow, listing_server, submit
 from workflows import RunWorkflow
 
 pytestmark = pytest.mark.long
@@ -199,12 +199,13 @@ async def carried_bytes(client: Client, run_id: str) -> list[int]:
 
 
 async def test_a_hand_over_too_big_to_travel_stores_its_biggest_outputs(
-    short: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+    short: httpx.AsyncClient, client: Client, settings: Settings, worker: Worker, wait_run: Poll
 ) -> None:
     # Twelve end steps of ~60 KB of short strings each: together their outputs, which the
     # result needs, are ~720 KB, above what a hand-over may carry.
     words = LISTING_WORDS
     with listing_server() as url:
+        allow(settings, url)
         steps: list[dict[str, Any]] = [
             {"id": f"get{n}", "tool": "http_request", "args": {"url": f"{url}/listing/{n}"}}
             for n in range(12)

@@ -20,16 +20,17 @@ from longrun.cli import app as cli
 from longrun.dev.stack import ServerThread
 from longrun.evals.fixture import Fixture, fixture_app
 from longrun.settings import Settings
-from tests.helpers import Poll, StandIn
+from tests.helpers import Poll, StandIn, allow
 from tests.test_agent import act, plan, start
 
 MARKER = "counterfactual"
 
 
 @pytest.fixture
-def fixture() -> Iterator[tuple[Fixture, str]]:
+def fixture(settings: Settings) -> Iterator[tuple[Fixture, str]]:
     found = Fixture()
     with ServerThread(fixture_app(found)) as server:
+        allow(settings, server.url)
         yield found, server.url
 
 

@@ -21,7 +21,7 @@ from longrun.contracts import SideEffect
 from longrun.dev.stack import ServerThread, TemporalDevServer, free_port
 from longrun.settings import Settings
 from longrun.temporal import connect
-from tests.helpers import Poll, StandIn, start_worker, stop_processes, submit
+from tests.helpers import Poll, StandIn, allow, start_worker, stop_processes, submit
 from worker import serving
 
 pytestmark = pytest.mark.long
@@ -50,9 +50,10 @@ class Effects:
 
 
 @pytest.fixture
-def effects() -> Iterator[Effects]:
+def effects(settings: Settings) -> Iterator[Effects]:
     target = Effects()
     with target.server:
+        allow(settings, target.server.url)
         yield target
 
 

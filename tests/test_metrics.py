@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 from api.app import create_app
 from longrun.dev.stack import ServerThread, free_port
 from longrun.settings import Settings
-from tests.helpers import Poll, StandIn, start_worker, stop_processes, submit
+from tests.helpers import Poll, StandIn, allow, start_worker, stop_processes, submit
 
 
 class Service:
@@ -83,6 +83,7 @@ async def test_metrics_add_up_what_runs_recorded(
     since = datetime.now(UTC).isoformat()
     runs: dict[str, Any] = {}
     service = Service()
+    allow(settings, service.server.url)
     first = start_worker(settings, tmp_path)
     second = None
     try:

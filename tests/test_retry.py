@@ -20,7 +20,7 @@ from api.app import create_app
 from longrun.dev.stack import ServerThread
 from longrun.policy import Policy
 from longrun.settings import Settings
-from tests.helpers import Poll, StandIn, submit
+from tests.helpers import Poll, StandIn, allow, submit
 from worker import serving
 
 
@@ -41,9 +41,10 @@ class Receiver:
 
 
 @pytest.fixture
-def receiver() -> Iterator[tuple[Receiver, str]]:
+def receiver(settings: Settings) -> Iterator[tuple[Receiver, str]]:
     found = Receiver()
     with ServerThread(found.app) as server:
+        allow(settings, server.url)
         yield found, server.url
 
 

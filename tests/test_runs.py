@@ -25,7 +25,7 @@ from longrun.attributes import (
 from longrun.contracts import ToolCall
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
-from tests.helpers import Poll, StandIn, sleep_for, sleeping, submit
+from tests.helpers import Poll, StandIn, allow, sleep_for, sleeping, submit
 
 
 async def test_plan_with_approval_completes(
@@ -195,6 +195,12 @@ def flaky() -> Iterator[Flaky]:
     service = Flaky()
     with service.server:
         yield service
+
+
+@pytest.fixture(autouse=True)
+def _flaky_allowed(settings: Settings, flaky: Flaky) -> None:
+    """Runs of every test here may reach the flaky service."""
+    allow(settings, flaky.server.url)
 
 
 FAST_RETRY = {"max_attempts": 5, "initial_interval_s": 0.1, "backoff": 1.0}

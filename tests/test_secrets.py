@@ -38,7 +38,7 @@ from longrun.contracts import CheckRequest, Expect, SecretGrant, ToolCall, ToolC
 from longrun.dev.stack import ServerThread, TemporalDevServer, temporal_binary
 from longrun.settings import ApiKey, Settings, hash_key
 from longrun.temporal import DATA_CONVERTER
-from tests.helpers import Poll
+from tests.helpers import Poll, allow
 from workflows import RunWorkflow
 
 SECRET = "Bearer s3cr3t-VALUE-9f2c"
@@ -62,7 +62,7 @@ def settings(settings: Settings) -> Settings:
 
 
 @pytest.fixture
-def guarded() -> Iterator[str]:
+def guarded(settings: Settings) -> Iterator[str]:
     """A service that answers only with the right Authorization header."""
     app = FastAPI()
 
@@ -74,6 +74,7 @@ def guarded() -> Iterator[str]:
         return JSONResponse({"ok": ok, "echo": echoed}, status_code=200 if ok else 401)
 
     with ServerThread(app) as server:
+        allow(settings, server.url)
         yield server.url
 
 
@@ -328,7 +329,7 @@ async def test_a_failure_of_any_kind_is_redacted(settings: Settings) -> None:
 
 
 @pytest.fixture
-def capture() -> Iterator[tuple[str, list[dict[str, str]]]]:
+def capture(settings: Settings) -> Iterator[tuple[str, list[dict[str, str]]]]:
     """A server that records the headers of every request, and whose `/named` answers
     `{"secret": "svc_token"}` (what a hostile upstream would answer); its URL and records."""
     app = FastAPI()
@@ -344,6 +345,7 @@ def capture() -> Iterator[tuple[str, list[dict[str, str]]]]:
         return {"ok": True}
 
     with ServerThread(app) as server:
+        allow(settings, server.url)
         yield server.url, seen
 
 

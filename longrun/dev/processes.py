@@ -87,7 +87,10 @@ class Stack:
         model: str = STANDIN_MODEL,
         task_queue: str = "chaos",
         standin_port: int | None = None,
+        allow: tuple[str, ...] = (),
     ) -> None:
+        """`allow`: the host:port destinations its runs may reach (the servers a suite
+        stands up for them)."""
         self.tmp = tmp
         (tmp / "logs").mkdir(parents=True, exist_ok=True)
         self.temporal_port = _port_with_http_api()
@@ -117,6 +120,7 @@ class Stack:
             "LONGRUN_API_HOST": "127.0.0.1",
             "LONGRUN_API_PORT": str(self.api_port),
             "LONGRUN_WORKER_SHUTDOWN_S": "5",
+            "LONGRUN_HTTP_ALLOW_HOSTS": ",".join(allow),
         }
         self.standin = Proc(
             "standin",

@@ -151,6 +151,7 @@ class Eval:
             model=self.options.model or STANDIN_MODEL,
             task_queue="eval",
             standin_port=standin_port,
+            allow=(urlsplit(self.fixture_url).netloc,),
         )
         await self.stack.start()
         if self.options.chaos and self.options.model_url is None:
