@@ -5,9 +5,9 @@ in one run:
   Python one, inside bubblewrap (LONGRUN_SANDBOX=bwrap) and unconfined;
 - per step: plans of sequential `shell` steps running `true`, through a Temporal dev server
   and a worker of each kind (what a run pays per step: its workflow and activity tasks too);
-- per step, the sandbox as it was at commit BEFORE (no per-step memory cgroup, no sized
-  /tmp, no workspace quota): that commit's own bench/sandbox.py, from a git worktree, in
-  the same run, beside this one.
+- per call and per step, the sandbox as it was at commit BEFORE (no per-step memory cgroup,
+  no sized /tmp, no workspace quota): that commit's own bench/sandbox.py, from a git
+  worktree, in the same run, after this one (its own Temporal server and worker).
 
     .venv/bin/python bench/sandbox.py [--calls 40] [--rounds 5] [--steps 20] [--before REV]
 """
@@ -173,9 +173,9 @@ def figures(result: dict[str, dict[str, float]]) -> list[Figure]:
     ]
 
 
-def measure_before(rev: str, steps: int, rounds: int) -> dict[str, float]:
-    """Median ms per `shell true` step, confined and not, by the code of commit `rev` (its
-    own bench/sandbox.py in a worktree of its own, on this machine, now)."""
+def measure_before(rev: str, calls: int, steps: int, rounds: int) -> dict[str, dict[str, float]]:
+    """The per-call and per-step measures, confined and not, by the code of commit `rev`
+    (its own bench/sandbox.py in a worktree of its own, on this machine, now)."""
     repo = _HERE.parent
     with tempfile.TemporaryDirectory(prefix="longrun-bench-before-") as tmp:
         tree = Path(tmp) / "tree"
@@ -186,13 +186,15 @@ def measure_before(rev: str, steps: int, rounds: int) -> dict[str, float]:
         )
         try:
             code = (
-                "import asyncio, json, sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/bench']; "
-                "import sandbox; "
-                "print(json.dumps(asyncio.run(sandbox.measure_steps(int(sys.argv[2]), "
-                "int(sys.argv[3])))))"
+                "import asyncio, json, sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/bench']\n"
+                "import sandbox\n"
+                "calls, steps, rounds = map(int, sys.argv[2:5])\n"
+                "found = {'calls': asyncio.run(sandbox.measure(calls, rounds)),\n"
+                "         'steps': asyncio.run(sandbox.measure_steps(steps, rounds))}\n"
+                "print(json.dumps(found))"
             )
             done = subprocess.run(
-                [sys.executable, "-c", code, str(tree), str(steps), str(rounds)],
+                [sys.executable, "-c", code, str(tree), str(calls), str(steps), str(rounds)],
                 cwd=tree,
                 check=True,
                 capture_output=True,
@@ -205,9 +207,10 @@ def measure_before(rev: str, steps: int, rounds: int) -> dict[str, float]:
                 capture_output=True,
             )
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    if not found.get("bwrap") or not found.get("unconfined"):
+    measured = {"steps": found["steps"], **found["calls"]}
+    if not all(m.get("bwrap") and m.get("unconfined") for m in measured.values()):
         raise RuntimeError(f"commit {rev}'s sandbox bench measured nothing: {done.stdout}")
-    return {"bwrap": float(found["bwrap"]), "unconfined": float(found["unconfined"])}
+    return measured
 
 
 async def measure_all(
@@ -221,12 +224,16 @@ async def measure_all(
         f"per step: a plan of {steps} shell true steps": steps_found,
     }
     if before:
-        old = await asyncio.to_thread(measure_before, before, steps, rounds)
+        old = await asyncio.to_thread(measure_before, before, calls, steps, rounds)
         found[f"per step: the same, against the sandbox of {before}"] = {
             "bwrap": steps_found["bwrap"],
-            "unconfined": old["bwrap"],
+            "unconfined": old["steps"]["bwrap"],
         }
-        found[f"per step: the sandbox of {before}, against its unconfined step"] = old
+        found[f"per call: true, against the sandbox of {before}"] = {
+            "bwrap": calls_found["true"]["bwrap"],
+            "unconfined": old["true"]["bwrap"],
+        }
+        found[f"per step: the sandbox of {before}, against its unconfined step"] = old["steps"]
     return found
 
 

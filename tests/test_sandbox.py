@@ -314,7 +314,7 @@ async def test_network_granted_by_policy_reaches_allowed_hosts_only(
 
 
 async def test_a_stdio_mcp_server_in_a_sandbox_reaches_only_its_paths(
-    tmp_path: Path, listening: int
+    tmp_path: Path, listening: int, two_servers: tuple[str, str]
 ) -> None:
     mine, theirs = tmp_path / "mine", tmp_path / "theirs"
     for folder in (mine, theirs):
@@ -324,20 +324,22 @@ async def test_a_stdio_mcp_server_in_a_sandbox_reaches_only_its_paths(
     server = mine / "reader_mcp.py"
     shutil.copy(Path(__file__).parent / "servers" / "reader_mcp.py", server)
     command = [sys.executable, str(server)]
+    boxed = {"transport": "stdio", "command": command, "sandbox": True, "paths": [str(mine)]}
     config = {
         "servers": {
-            "boxed": {
-                "transport": "stdio",
-                "command": command,
-                "sandbox": True,
-                "paths": [str(mine)],
-            },
+            "boxed": boxed,
+            "networked": {**boxed, "network": True},
             "loose": {"transport": "stdio", "command": command},
         }
     }
     path = tmp_path / "mcp.json"
     path.write_text(json.dumps(config))
-    hub = McpHub(load_mcp_servers(path), {})
+    allowed, other = two_servers
+    rules = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        LONGRUN_HTTP_ALLOW_HOSTS=allowed.removeprefix("http://"),
+    )
+    hub = McpHub(load_mcp_servers(path), {}, egress_settings=rules)
     try:
         read = {"path": str(mine / "note.txt")}
         assert (await hub.call("mcp.boxed.read", read, "k1"))["text"] == "note of mine"
@@ -347,6 +349,14 @@ async def test_a_stdio_mcp_server_in_a_sandbox_reaches_only_its_paths(
             "mcp.boxed.connect", {"host": "127.0.0.1", "port": listening}, "k3"
         )
         assert "Connection refused" in blocked["text"]
+        # With network: the allowed destination through the worker's proxy, nothing else.
+        fetched = await hub.call("mcp.networked.fetch", {"url": allowed}, "k6")
+        assert fetched["text"] == "ok", fetched
+        refused = await hub.call("mcp.networked.fetch", {"url": other}, "k7")
+        assert "403" in refused["text"], refused
+        port = int(allowed.rsplit(":", 1)[1])
+        direct = await hub.call("mcp.networked.connect", {"host": "127.0.0.1", "port": port}, "k8")
+        assert "Connection refused" in direct["text"], direct
         # The same server unconfined reads and connects where it is told.
         loose = await hub.call("mcp.loose.read", {"path": str(theirs / "note.txt")}, "k4")
         assert loose["text"] == "note of theirs"

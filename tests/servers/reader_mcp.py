@@ -4,6 +4,7 @@ a careless server does with arguments a model chose."""
 from __future__ import annotations
 
 import socket
+import urllib.request
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -28,6 +29,16 @@ def connect(host: str, port: int) -> str:
     except OSError as exc:
         return f"cannot: {exc}"
     return "connected"
+
+
+@server.tool()
+def fetch(url: str) -> str:
+    """GET `url` (through the proxy the environment names, if any), or say why it cannot."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+    except OSError as exc:
+        return f"cannot: {exc}"
 
 
 if __name__ == "__main__":
