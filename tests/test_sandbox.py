@@ -409,10 +409,12 @@ async def test_a_steps_processes_together_stop_at_the_memory_bound(bounded: Tool
 
 
 async def test_tmp_stops_at_its_size(bounded: Tools) -> None:
-    out = await bounded.run("shell", argv=sh("head -c 75M /dev/zero > /tmp/big"), check=False)
-    assert out["exit_code"] != 0 and "No space left on device" in out["stderr"], out
-    sizes = await bounded.run("shell", argv=sh("du -sm /tmp; df -m /tmp | tail -1"))
-    assert int(sizes["stdout"].split()[0]) <= 32, sizes
+    script = "head -c 75M /dev/zero > /tmp/big; echo $?; stat -c %s /tmp/big; df -m /tmp"
+    out = await bounded.run("shell", argv=sh(script), check=False)
+    assert "No space left on device" in out["stderr"], out
+    code, size, _, mount = out["stdout"].splitlines()
+    assert code != "0" and int(size) <= 32 * 1024 * 1024, out
+    assert mount.split()[:2] == ["tmpfs", "32"], out  # the whole of /tmp is 32 MB
 
 
 async def test_the_workspace_stops_at_its_quota(bounded: Tools) -> None:
