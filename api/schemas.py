@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from longrun.contracts import Decision, RunState, RunStatusName
+from longrun.digests import DIGEST_PATTERN
 from longrun.versions import VersionStatus
 
 
@@ -76,6 +77,12 @@ class DecisionRequest(BaseModel):
 
     decision: Decision
     comment: str | None = Field(None, max_length=4000)
+    digest: str | None = Field(
+        None,
+        pattern=DIGEST_PATTERN,
+        description="the approval's digest as you saw it: the decision is taken only if the "
+        "run still asks for that exact call (409 if not)",
+    )
 
 
 class CancelRequest(BaseModel):

@@ -244,8 +244,20 @@ def _decide(
     api_url: str,
     api_key: str | None,
 ) -> None:
-    body = {"decision": decision, "comment": comment}
     with _api(api_url, api_key) as api:
+        # Bound to the call the run asks for now, which is shown: if the run asks for
+        # another by the time the decision arrives, it is refused.
+        run = api.get(f"/v1/runs/{run_id}")
+        asked = next(
+            (a for a in run.get("pending_approvals", []) if a["approval_id"] == approval_id),
+            None,
+        )
+        body = {"decision": decision, "comment": comment}
+        if asked is not None and asked.get("digest"):
+            body["digest"] = asked["digest"]
+            if not json_out:
+                out.print(f"{approval_id}: {asked['summary'][:200]}", highlight=False)
+                out.print(f"digest {asked['digest']}", highlight=False)
         _said(api.post(f"/v1/runs/{run_id}/approvals/{approval_id}", body), json_out)
 
 

@@ -8,6 +8,8 @@ from typing import Any
 import httpx
 from temporalio.worker import Worker
 
+from longrun.digests import call_digest
+from longrun.policy import Policy
 from tests.helpers import Poll, StandIn
 
 PRIMES = "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, n))\n"
@@ -365,3 +367,68 @@ async def test_verification_outlasts_a_model_outage_as_model_calls_do(
     assert run["status"] == "completed", run["error"]
     judged = standin.calls("agent-judge-outage", role="judge")
     assert len(judged) >= 9  # eight refused, then answered
+
+
+async def test_a_decision_bound_to_an_earlier_call_is_refused(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    marker = "agent-digest"
+    url = f"{standin.base_url}/orders"
+    first = {"method": "POST", "url": url, "body": {"qty": 1}}
+    second = {"method": "POST", "url": url, "body": {"qty": 2}}
+    standin.scenario(
+        [
+            {"match": marker, "role": "plan", "json": plan(("order", "send the order"))},
+            act(marker, ("http_request", first)),
+            act(marker, ("http_request", second)),
+            act(marker, reply="the order went out"),
+            {
+                "match": "This step is done",
+                "role": "judge",
+                "json": {"passed": True, "reason": "ok"},
+            },
+        ]
+    )
+    run_id = await start(api, goal=f"{marker}: send the order", tools=["http_request"])
+    run = await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+    [asked] = run["pending_approvals"]
+    # The digest binds the tool, its arguments and the policy in force.
+    assert asked["arguments"] == {"tool": "http_request", "args": first}
+    assert asked["digest"] == call_digest("http_request", asked["arguments"], Policy().digest())
+    seen = asked["digest"]
+    rejected = await api.post(
+        f"/v1/runs/{run_id}/approvals/{asked['approval_id']}",
+        json={"decision": "reject", "digest": seen},
+    )
+    assert rejected.status_code == 202, rejected.text
+    # The agent finds another way: the same step asks for another call, with another digest.
+    run = await wait_run(
+        run_id,
+        lambda r: (
+            r["status"] == "waiting_approval"
+            and r["pending_approvals"][0]["approval_id"] != asked["approval_id"]
+        ),
+    )
+    [again] = run["pending_approvals"]
+    assert again["arguments"]["args"] == second and again["digest"] != seen
+    stale = await api.post(
+        f"/v1/runs/{run_id}/approvals/{again['approval_id']}",
+        json={"decision": "approve", "digest": seen},
+    )
+    assert stale.status_code == 409 and "for another call now" in stale.text, stale.text
+    malformed = await api.post(
+        f"/v1/runs/{run_id}/approvals/{again['approval_id']}",
+        json={"decision": "approve", "digest": "not-a-digest"},
+    )
+    assert malformed.status_code == 422
+    run = (await api.get(f"/v1/runs/{run_id}")).json()
+    assert run["status"] == "waiting_approval" and run["pending_approvals"] == [again]
+    taken = await api.post(
+        f"/v1/runs/{run_id}/approvals/{again['approval_id']}",
+        json={"decision": "approve", "digest": again["digest"]},
+    )
+    assert taken.status_code == 202, taken.text
+    run = await wait_run(run_id)
+    audit = (await api.get(f"/v1/runs/{run_id}/audit")).json()
+    approvals = [e for e in audit["entries"] if e["action"] == "approve"]
+    assert [again["digest"] in e["detail"] for e in approvals] == [True], approvals

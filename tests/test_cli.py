@@ -82,12 +82,15 @@ async def test_submit_watch_and_approve_drive_a_run_to_its_end(
         api_url, "approve", run_id, "apr-publish", "--comment", "looks right"
     )
     assert code == EXIT_COMPLETED, err
+    assert f"digest {waiting['digest']}" in out  # the call approved, as the run asked it
     watched, _ = await asyncio.to_thread(watcher.communicate, timeout=120)
     assert watcher.returncode == EXIT_COMPLETED
     events = [json.loads(line) for line in watched.splitlines()]
     assert [e["id"] for e in events] == list(range(1, len(events) + 1))
     decided = next(e for e in events if e["type"] == "approval.decided")
     assert decided["data"]["comment"] == "looks right"
+    requested = next(e for e in events if e["type"] == "approval.requested")
+    assert requested["data"]["digest"] == waiting["digest"]
     assert events[-1]["type"] == "run.ended"
 
     code, out, _ = await run_cli(api_url, "status", run_id, "--json")

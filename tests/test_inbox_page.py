@@ -80,9 +80,13 @@ async def test_a_person_approves_a_step_in_the_inbox_page(
         await row.wait_for()
         assert "publish the report" in await row.inner_text()
         assert "out/report.md" in await row.inner_text()  # exactly what will run
+        asked = (await api.get(f"/v1/runs/{run_id}")).json()["pending_approvals"][0]
+        assert f"digest {asked['digest']}" in await row.locator("code.digest").inner_text()
         assert await page.inner_text("#message") == ""  # the refusal is gone
         await page.screenshot(path=str(tmp_path / "inbox.png"), full_page=True)
         await row.locator("input.comment").fill("read it, ship it")
+        sent: list[str] = []
+        page.on("request", lambda r: sent.append(r.post_data or "") if r.method == "POST" else None)
         await row.locator("button.approve").click()
         await page.wait_for_selector("#message.ok")
         assert f"approve of apr-publish ({run_id}) taken" == await page.inner_text("#message")
@@ -92,3 +96,5 @@ async def test_a_person_approves_a_step_in_the_inbox_page(
         assert run["status"] == "completed", run
         [decided] = run["approvals"]
         assert (decided["decided_by"], decided["comment"]) == ("ana", "read it, ship it")
+        # The page's decision named the digest it showed.
+        assert [json.loads(body)["digest"] for body in sent] == [asked["digest"]], sent

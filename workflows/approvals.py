@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         OnTimeout,
         PendingApproval,
     )
+    from longrun.digests import call_digest
 
 APPROVAL_SUMMARY_CHARS = 2000
 # Approval ids by kind: apr-<step>, help-<step> for an agent asking for help, stall-<step>
@@ -41,8 +42,11 @@ class Approvals:
         steps: StepBook,
         on_change: Callable[[], None],
         events: EventLog,
+        policy: str = "",
     ) -> None:
+        """`policy`: the digest of the policy in force, which every request's digest binds."""
         self._now = now
+        self._policy = policy
         self._audit = audit
         self._events = events
         self._steps = steps
@@ -74,12 +78,19 @@ class Approvals:
         summary: str,
         kind: ApprovalKind = "approval",
         arguments: Any = None,
+        tool: str | None = None,
     ) -> ApprovalRecord:
-        """Open a request for a step (or take over the one it had before continue-as-new)
-        and mark the step waiting."""
+        """Open a request for a step (or take over the one it had before continue-as-new,
+        if it asked for the same call) and mark the step waiting. A request is bound to
+        its call by a digest (`tool` and `arguments`, else the summary, and the policy)."""
+        what = "" if tool is not None or arguments is not None else summary
+        digest = call_digest(tool, arguments, self._policy, what)
         record = self._resumable.pop(step_id, None)
+        if record is not None and record.digest not in (None, digest):
+            self._supersede(record)  # the step asks for another call now
+            record = None
         if record is None:
-            record = self._open(step_id, summary, kind, arguments)
+            record = self._open(step_id, summary, kind, arguments, digest)
         if step_id in self._steps.by_id:
             self._steps.by_id[step_id].status = "waiting_approval"
         self._on_change()
@@ -87,8 +98,21 @@ class Approvals:
             self.on_open(record.approval_id)  # a decision that came before the request
         return record
 
+    def _supersede(self, record: ApprovalRecord) -> None:
+        """Close a request whose step now asks for another call: rejected, saying so."""
+        if record.decision is None:
+            self.decide(
+                ApprovalDecision(
+                    approval_id=record.approval_id,
+                    decision="reject",
+                    actor=TIMEOUT_ACTOR,
+                    comment="superseded: the step asks for another call now",
+                    digest=record.digest,
+                )
+            )
+
     def _open(
-        self, step_id: str, summary: str, kind: ApprovalKind, arguments: Any
+        self, step_id: str, summary: str, kind: ApprovalKind, arguments: Any, digest: str
     ) -> ApprovalRecord:
         approval_id = f"{APPROVAL_PREFIX.get(kind, 'apr')}-{step_id}"
         base, n = approval_id, 1
@@ -102,11 +126,17 @@ class Approvals:
             requested_at=self._now(),
             kind=kind,
             arguments=arguments,
+            digest=digest,
         )
         self.records[approval_id] = record
         self.undecided[approval_id] = record
         self._events.emit(
-            "approval.requested", step_id, approval_id=approval_id, kind=kind, summary=summary
+            "approval.requested",
+            step_id,
+            approval_id=approval_id,
+            kind=kind,
+            summary=summary,
+            digest=digest,
         )
         return record
 
@@ -176,6 +206,11 @@ class Approvals:
                 f"approval '{record.approval_id}' was already decided: "
                 f"{record.decision} by {record.decided_by}"
             )
+        if decision.digest is not None and decision.digest != record.digest:
+            return "StaleDigest", (
+                f"approval '{record.approval_id}' is for another call now (digest "
+                f"{record.digest}, not {decision.digest}): look at it again and decide that"
+            )
         return None
 
     def decide(self, decision: ApprovalDecision) -> ApprovalRecord | None:
@@ -190,6 +225,8 @@ class Approvals:
         record.decided_by = decision.actor
         record.comment = decision.comment
         detail = f"{record.approval_id} (step {record.step_id})"
+        if record.digest is not None:
+            detail += f" digest {record.digest}"
         if decision.comment:
             detail += f": {decision.comment}"
         self._audit.record(decision.actor, decision.decision, detail, event=False)

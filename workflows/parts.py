@@ -54,11 +54,13 @@ class RunParts:
             prices=inp.config.prices,
             started=started,
         )
-        self.approvals = Approvals(now, self.audit, self.steps, self.refresh, self.events)
+        self.approvals = Approvals(
+            now, self.audit, self.steps, self.refresh, self.events, inp.config.policy.digest()
+        )
         # Built-in tools and the MCP tools the run was submitted with.
         self.tools = toolbox(inp.mcp_tools)
         self.undo = UndoLog(self.audit, self.tools)
-        self.requests = Requests(self.approvals.decide)
+        self.requests = Requests(self.approvals.decide, self.approvals.refusal)
         self.approvals.on_open = self.requests.release
         window = timedelta(seconds=inp.config.model_retry_window_s)
         replay = Replay(inp.reuse, self.audit)

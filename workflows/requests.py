@@ -20,8 +20,13 @@ OUTCOMES_KEPT = 100  # the latest requests' outcomes; a hand-over carries them
 class Requests:
     """Outcomes of the latest requests, by request id."""
 
-    def __init__(self, decide: Callable[[ApprovalDecision], object]) -> None:
+    def __init__(
+        self,
+        decide: Callable[[ApprovalDecision], object],
+        refusal: Callable[[ApprovalDecision], tuple[str, str] | None],
+    ) -> None:
         self._decide = decide
+        self._refusal = refusal
         self.outcomes: dict[str, RequestOutcome] = {}
         # Decisions on an approval the run has not asked for yet, by approval id.
         self.deferred: dict[str, ApprovalDecision] = {}
@@ -46,7 +51,8 @@ class Requests:
         """The run asked for `approval_id`: take a decision that came before."""
         decision = self.deferred.pop(approval_id, None)
         if decision is not None and decision.request_id is not None:
-            self.handle(decision.request_id, None, partial(self._decide, decision))
+            refusal = self._refusal(decision)  # a digest of another call, say
+            self.handle(decision.request_id, refusal, partial(self._decide, decision))
 
     def listed_deferred(self) -> list[ApprovalDecision]:
         """The deferred decisions a hand-over carries."""

@@ -156,7 +156,7 @@ class PlanScheduler:
             config = p.inp.config
             on_timeout = step.on_timeout or config.on_timeout
             record = await p.approvals.decision(
-                p.approvals.ask(step.id, summary, arguments=resolved),
+                p.approvals.ask(step.id, summary, arguments=resolved, tool=step.tool),
                 step.approval_timeout_s or config.approval_timeout_s,
                 on_timeout,
             )

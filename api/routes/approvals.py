@@ -40,6 +40,9 @@ class InboxItem(BaseModel):
     kind: ApprovalKind
     summary: str = Field(description="what the step will do, and the policy rule that gates it")
     arguments: Any = Field(None, description="exactly what will run once approved")
+    digest: str | None = Field(
+        None, description="the call's digest: name it in the decision to bind it to this call"
+    )
     requested_at: datetime
     links: Links
 

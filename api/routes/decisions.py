@@ -86,6 +86,7 @@ async def decide_approval(
         comment=body.comment,
         actor=caller.name,
         request_id=request_id(),
+        digest=body.digest,
     )
     # The run takes a decision on a request it has not asked for (yet) once it does; so an
     # approval the run never asked for is refused here.
@@ -95,6 +96,14 @@ async def decide_approval(
     if approval_id not in known and approval_id not in state.approvals_archived:
         child = _asking_child(state, run_id, approval_id)
         return await decide_approval(child, approval_id, body, client, settings, caller)
+    # The run refuses a decision for another call; said here at once where it is plain.
+    asked = next((a for a in state.pending_approvals if a.approval_id == approval_id), None)
+    if asked is not None and body.digest not in (None, asked.digest):
+        raise HTTPException(
+            409,
+            f"approval '{approval_id}' is for another call now (digest {asked.digest}, not "
+            f"{body.digest}): look at it again and decide that",
+        )
     ended = partial(_ended_decision, handle, run_id, approval_id)
     await _ask(handle, run_id, wire.DECIDE, decision, ended=ended)
     return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' taken")

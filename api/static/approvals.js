@@ -75,7 +75,10 @@ function render(approvals) {
     summary.textContent = item.summary;
     const args = document.createElement("pre");
     args.textContent = JSON.stringify(item.arguments, null, 2);
-    what.append(summary, args);
+    const digest = document.createElement("code");
+    digest.className = "digest";
+    digest.textContent = "digest " + (item.digest || "none");
+    what.append(summary, args, digest);
     cell(row, what);
     cell(row, new Date(item.requested_at).toLocaleString());
     const decide = document.createElement("div");
@@ -99,7 +102,8 @@ function render(approvals) {
 async function decideOn(item, decision, comment) {
   const url = "/v1/runs/" + encodeURIComponent(item.run_id) + "/approvals/" +
     encodeURIComponent(item.approval_id);
-  const body = { decision: decision };
+  // Bound to the call shown: refused (409) if the run asks for another one by now.
+  const body = { decision: decision, digest: item.digest };
   if (comment.trim()) body.comment = comment.trim();
   const response = await fetch(url, { method: "POST", headers: headers(), body: JSON.stringify(body) });
   if (response.ok) {

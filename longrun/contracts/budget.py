@@ -55,6 +55,11 @@ class PendingApproval(BaseModel):
     requested_at: datetime
     kind: ApprovalKind = "approval"
     arguments: Any = Field(None, description="exactly what will run once approved")
+    digest: str | None = Field(
+        None,
+        description="sha256 over the tool, its resolved arguments and the policy in force: a "
+        "decision naming it is taken for this exact call only",
+    )
     run_id: str | None = Field(
         None, description="the child run that asks, when it is not this run (decide it there)"
     )
@@ -148,6 +153,8 @@ class ApprovalDecision(_Strict):
     comment: str | None = Field(None, max_length=4000)
     actor: str = "anonymous"
     request_id: RequestId | None = None
+    # The call the person decided on: refused if the request is now for another one.
+    digest: str | None = None
 
 
 class RequestOutcome(BaseModel):

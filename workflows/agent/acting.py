@@ -236,6 +236,7 @@ class Actor:
                 f"agent step '{item.id}' wants to run {name} {preview(args)}"
                 + (f" ({why})" if why else ""),
                 arguments={"tool": name, "args": args},
+                tool=name,
             )
             config = p.inp.config
             record = await p.approvals.decision(ask, config.approval_timeout_s, config.on_timeout)
