@@ -33,7 +33,7 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHand
 from api.auth import Caller, Principal
 from api.reading import describe_run
 from longrun.attributes import TENANT_ATTRIBUTE
-from longrun.settings import Role
+from longrun.contracts import Role
 
 Action = Literal[
     "read",

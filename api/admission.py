@@ -117,6 +117,7 @@ async def run_input(
         webhooks=list(dict.fromkeys([*settings.webhooks, *(body.webhooks or [])])),
         approval_timeout_s=settings.approval_timeout_s,
         on_timeout=settings.approval_on_timeout,
+        escalate_to=settings.approval_escalate_to,
         max_child_runs=settings.max_child_runs,
     )
     budget = effective_budget(body.budget, settings.budget_defaults, settings.budget_ceilings)

@@ -16,7 +16,8 @@ from fastapi import Depends, HTTPException, Request
 from pydantic import BaseModel
 
 from api.deps import SettingsDep
-from longrun.settings import Role, Settings, hash_key
+from longrun.contracts import Role
+from longrun.settings import Settings, hash_key
 
 
 class Principal(BaseModel):

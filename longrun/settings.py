@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from longrun.contracts import Limits, Price
+from longrun.contracts import Limits, Price, Role
 from longrun.destinations import DENY_SETTING, Entry, parse_entry
 
 # Where Temporal's HTTP API is: its gRPC port + 10 (`longrun dev` starts it there).
@@ -25,9 +25,6 @@ def _pair(host: str, port: str) -> str:
     """host:port ([v6]:port for IPv6 addresses)."""
     host = host.strip("[]")
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-Role = Literal["viewer", "submitter", "approver", "admin"]
 
 
 class ApiKey(BaseModel):
@@ -169,9 +166,11 @@ class Settings(BaseSettings):
         gt=0,
         description="how long an approval waits for a person unless its step says; unset: forever",
     )
-    approval_on_timeout: Literal["reject", "skip", "fail", "remind"] = Field(
+    approval_on_timeout: Literal["reject", "skip", "fail", "remind", "escalate"] = Field(
         "remind", alias="LONGRUN_APPROVAL_ON_TIMEOUT"
     )
+    # Who decides an approval once it has waited its time, with `escalate`.
+    approval_escalate_to: Role = Field("admin", alias="LONGRUN_APPROVAL_ESCALATE_TO")
     webhooks: list[str] = Field(
         default_factory=list,
         alias="LONGRUN_WEBHOOKS",

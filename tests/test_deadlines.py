@@ -11,7 +11,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from longrun.contracts import EventPage, EventsQuery, RunEvent
-from tests.helpers import Poll, submit
+from longrun.settings import ApiKey, Settings, hash_key
+from tests.helpers import Poll, api_app, submit
 
 
 def gated(on_timeout: str, **extra: Any) -> list[dict[str, Any]]:
@@ -68,3 +69,60 @@ async def test_a_reminder_keeps_the_approval_open_until_a_person_decides(
     run = await wait_run(run_id)
     assert run["status"] == "completed"
     assert run["approvals"][0]["decided_by"] == "local"
+
+
+async def test_an_unanswered_approval_escalates_to_the_second_role(
+    settings: Settings, client: Client, worker: Worker
+) -> None:
+    keys = {"sam": ["submitter", "viewer"], "ana": ["approver"], "olu": ["admin"]}
+    keyed = settings.model_copy(
+        update={
+            "api_keys": [
+                ApiKey(name=name, sha256=hash_key(f"key-{name}"), roles=roles)
+                for name, roles in keys.items()
+            ]
+        }
+    )
+
+    def who(name: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer key-{name}"}
+
+    async with api_app(keyed) as api:
+        steps = gated("escalate", escalate_to="admin")
+        created = await api.post(
+            "/v1/runs", json={"goal": "g", "plan": {"steps": steps}}, headers=who("sam")
+        )
+        assert created.status_code == 202, created.text
+        run_id = created.json()["run_id"]
+        handle = client.get_workflow_handle(run_id)
+        escalated: list[RunEvent] = []
+        for _ in range(100):
+            page = await handle.query("events", EventsQuery(), result_type=EventPage)
+            escalated = [e for e in page.events if e.type == "approval.escalated"]
+            if escalated:
+                break
+            await asyncio.sleep(0.2)
+        assert escalated and escalated[0].data["role"] == "admin", escalated
+        run = (await api.get(f"/v1/runs/{run_id}", headers=who("ana"))).json()
+        assert run["status"] == "waiting_approval"
+        [asked] = run["pending_approvals"]
+        assert asked["role"] == "admin" and escalated[0].data["digest"] == asked["digest"]
+        # The approver it went to first no longer decides it; the admin does.
+        refused = await api.post(
+            f"/v1/runs/{run_id}/approvals/apr-gate",
+            json={"decision": "approve"},
+            headers=who("ana"),
+        )
+        assert refused.status_code == 403 and "escalated" in refused.text, refused.text
+        taken = await api.post(
+            f"/v1/runs/{run_id}/approvals/apr-gate",
+            json={"decision": "approve", "digest": asked["digest"]},
+            headers=who("olu"),
+        )
+        assert taken.status_code == 202, taken.text
+        await handle.result()
+        run = (await api.get(f"/v1/runs/{run_id}", headers=who("olu"))).json()
+        assert run["status"] == "completed", run
+        audit = (await api.get(f"/v1/runs/{run_id}/audit", headers=who("olu"))).json()
+        actions = [(e["actor"], e["action"]) for e in audit["entries"]]
+        assert ("timeout", "escalate") in actions and ("olu", "approve") in actions

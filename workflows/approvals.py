@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         ApprovalRecord,
         OnTimeout,
         PendingApproval,
+        Role,
     )
     from longrun.digests import call_digest
 
@@ -145,17 +146,19 @@ class Approvals:
         record: ApprovalRecord,
         timeout_s: float | None = None,
         on_timeout: OnTimeout = "remind",
+        escalate_to: Role = "admin",
     ) -> ApprovalRecord:
         """Wait for a person's decision on a request: however long, or with `timeout_s`
         until that long after the request (a durable timer, which holds across restarts
-        and hand-overs). Then `remind` sends a reminder and waits as long again; the
-        others decide "reject" as `timeout` (the caller tells reject, skip and fail apart).
-        """
+        and hand-overs). Then `remind` sends a reminder and waits as long again;
+        `escalate` hands the request to `escalate_to` (only that role decides it from
+        then on) and waits; the others decide "reject" as `timeout` (the caller tells
+        reject, skip and fail apart)."""
 
         def decided() -> bool:
             return record.decision is not None
 
-        if timeout_s is None:
+        if timeout_s is None or (on_timeout == "escalate" and record.role == escalate_to):
             await workflow.wait_condition(decided)
             return record
         period = timedelta(seconds=timeout_s)
@@ -170,6 +173,10 @@ class Approvals:
                     raise TimeoutError
                 await workflow.wait_condition(decided, timeout=left)
             except TimeoutError:
+                if on_timeout == "escalate":
+                    self._escalate(record, escalate_to, timeout_s)
+                    await workflow.wait_condition(decided)
+                    break
                 if on_timeout != "remind":
                     comment = f"no decision within {timeout_s:g} s ({on_timeout})"
                     self.decide(
@@ -191,6 +198,21 @@ class Approvals:
                 deadline += period
         return record
 
+    def _escalate(self, record: ApprovalRecord, role: Role, waited_s: float) -> None:
+        """Hand an unanswered request to `role`: from now on only it decides."""
+        record.role = role
+        detail = f"{record.approval_id} (step {record.step_id}) to {role}: no decision within"
+        self._audit.record(TIMEOUT_ACTOR, "escalate", f"{detail} {waited_s:g} s", event=False)
+        self._events.emit(
+            "approval.escalated",
+            record.step_id,
+            approval_id=record.approval_id,
+            summary=record.summary,
+            role=role,
+            digest=record.digest,
+        )
+        self._on_change()
+
     def refusal(self, decision: ApprovalDecision) -> tuple[str, str] | None:
         """Why a decision cannot be taken, as (kind, message): "UnknownApproval" or
         "AlreadyDecided" (naming the decision that won); None if it can."""
@@ -205,6 +227,13 @@ class Approvals:
             return "AlreadyDecided", (
                 f"approval '{record.approval_id}' was already decided: "
                 f"{record.decision} by {record.decided_by}"
+            )
+        deciders = {record.role, "admin"}
+        escalated = record.role != "approver" and decision.actor != TIMEOUT_ACTOR
+        if escalated and not deciders & set(decision.roles):
+            return "NeedsRole", (
+                f"approval '{record.approval_id}' was escalated: only the role "
+                f"{record.role} decides it now"
             )
         if decision.digest is not None and decision.digest != record.digest:
             return "StaleDigest", (

@@ -159,6 +159,7 @@ class PlanScheduler:
                 p.approvals.ask(step.id, summary, arguments=resolved, tool=step.tool),
                 step.approval_timeout_s or config.approval_timeout_s,
                 on_timeout,
+                step.escalate_to or config.escalate_to,
             )
             if record.decided_by == TIMEOUT_ACTOR and on_timeout == "skip":
                 return None

@@ -14,7 +14,13 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     from longrun.contracts import RunEvent, WebhookDelivery
 
-NOTIFIED = ("approval.requested", "approval.reminder", "run.paused", "run.ended")
+NOTIFIED = (
+    "approval.requested",
+    "approval.reminder",
+    "approval.escalated",
+    "run.paused",
+    "run.ended",
+)
 DELIVERY_TIMEOUT = timedelta(seconds=30)
 # About an hour of tries for a receiver that is down, then the delivery is given up.
 DELIVERY_RETRIES = RetryPolicy(

@@ -16,7 +16,7 @@ from api.access import Reader
 from api.deps import SettingsDep, TemporalClient
 from api.reading import WORKFLOW_TYPE, LabelFilter, query_state, run_links
 from api.schemas import Links, answers
-from longrun.contracts import ApprovalKind
+from longrun.contracts import ApprovalKind, Role
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"], responses=answers(401, 403, 503))
 
@@ -43,6 +43,7 @@ class InboxItem(BaseModel):
     digest: str | None = Field(
         None, description="the call's digest: name it in the decision to bind it to this call"
     )
+    role: Role = Field("approver", description="who may decide it (escalated: another role)")
     requested_at: datetime
     links: Links
 

@@ -87,6 +87,7 @@ async def decide_approval(
         actor=caller.name,
         request_id=request_id(),
         digest=body.digest,
+        roles=sorted(caller.roles),
     )
     # The run takes a decision on a request it has not asked for (yet) once it does; so an
     # approval the run never asked for is refused here.
@@ -98,6 +99,11 @@ async def decide_approval(
         return await decide_approval(child, approval_id, body, client, settings, caller)
     # The run refuses a decision for another call; said here at once where it is plain.
     asked = next((a for a in state.pending_approvals if a.approval_id == approval_id), None)
+    if asked is not None and asked.role != "approver" and not {asked.role, "admin"} & caller.roles:
+        raise HTTPException(
+            403,
+            f"approval '{approval_id}' was escalated: only the role {asked.role} decides it now",
+        )
     if asked is not None and body.digest not in (None, asked.digest):
         raise HTTPException(
             409,
@@ -173,7 +179,7 @@ async def _ask(
         if answered and outcome is not None:
             if outcome.taken:
                 return
-            code = 404 if outcome.kind == "UnknownApproval" else 409
+            code = {"UnknownApproval": 404, "NeedsRole": 403}.get(outcome.kind or "", 409)
             raise HTTPException(code, outcome.message or "refused")
         await asyncio.sleep(pause)
         pause = min(pause * 2, longest)

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from longrun.contracts.common import ApprovalKind, Decision, _Strict
+from longrun.contracts.common import ApprovalKind, Decision, Role, _Strict
 
 LIMITS = (
     "max_input_tokens",
@@ -59,6 +59,9 @@ class PendingApproval(BaseModel):
         None,
         description="sha256 over the tool, its resolved arguments and the policy in force: a "
         "decision naming it is taken for this exact call only",
+    )
+    role: Role = Field(
+        "approver", description="who may decide it: approver, or the role it was escalated to"
     )
     run_id: str | None = Field(
         None, description="the child run that asks, when it is not this run (decide it there)"
@@ -155,6 +158,8 @@ class ApprovalDecision(_Strict):
     request_id: RequestId | None = None
     # The call the person decided on: refused if the request is now for another one.
     digest: str | None = None
+    # The roles of who decides: an escalated request takes only its role's (or admin's).
+    roles: list[Role] = Field(default_factory=list)
 
 
 class RequestOutcome(BaseModel):

@@ -27,6 +27,9 @@ StepId = Annotated[str, StringConstraints(pattern=STEP_ID_PATTERN)]
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN)]
 LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE_PATTERN)]
 
+# What an API key may do (api/access.py); an approval names the role that may decide it.
+Role = Literal["viewer", "submitter", "approver", "admin"]
+
 RunStatusName = Literal["running", "waiting_approval", "paused", "completed", "failed", "cancelled"]
 LIVE_RUN_STATUSES: frozenset[str] = frozenset({"running", "waiting_approval", "paused"})
 FINAL_RUN_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})

@@ -17,6 +17,7 @@ EventType = Literal[
     "approval.requested",
     "approval.decided",
     "approval.reminder",
+    "approval.escalated",
     "step.verified",
     "plan.made",
     "acceptance.failed",

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from longrun.contracts.budget import Limits
-from longrun.contracts.common import StepId, StepKind, _Strict
+from longrun.contracts.common import Role, StepId, StepKind, _Strict
 
 
 class RetrySpec(_Strict):
@@ -85,7 +85,7 @@ class ForEachSpec(_Strict):
 MAX_ITEMS = 1000
 # What an agent run names in `tools` to let its agent hand a sub-goal to a child run.
 DELEGATE = "delegate"
-OnTimeout = Literal["reject", "skip", "fail", "remind"]
+OnTimeout = Literal["reject", "skip", "fail", "remind", "escalate"]
 APPROVAL_TIMEOUT_MAX_S = 365 * 24 * 3600
 
 
@@ -115,8 +115,12 @@ class Step(_Strict):
     )
     on_timeout: OnTimeout | None = Field(
         None,
-        description="when that time is up: reject (then on_reject applies), skip, fail, or "
-        "remind (webhooks again, and wait as long again); default: the server's",
+        description="when that time is up: reject (then on_reject applies), skip, fail, "
+        "remind (webhooks again, and wait as long again), or escalate (from then on only "
+        "`escalate_to` may decide it); default: the server's",
+    )
+    escalate_to: Role | None = Field(
+        None, description="with on_timeout escalate: the role that decides it then (admin)"
     )
     on_failure: Literal["fail", "skip", "compensate"] | None = Field(
         None,

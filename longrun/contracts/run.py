@@ -29,6 +29,7 @@ from longrun.contracts.common import (
     LabelValue,
     PauseReason,
     Phase,
+    Role,
     RunStatusName,
     StepKind,
     StepStatusName,
@@ -89,6 +90,7 @@ class RunConfig(BaseModel):
     # Defaults for steps that set no approval deadline of their own.
     approval_timeout_s: float | None = None
     on_timeout: OnTimeout = "remind"
+    escalate_to: Role = "admin"
     # Child runs one run may start (run steps, for_each items, delegations).
     max_child_runs: int = Field(100, ge=0)
 

@@ -239,7 +239,9 @@ class Actor:
                 tool=name,
             )
             config = p.inp.config
-            record = await p.approvals.decision(ask, config.approval_timeout_s, config.on_timeout)
+            record = await p.approvals.decision(
+                ask, config.approval_timeout_s, config.on_timeout, config.escalate_to
+            )
             if record.decision == "reject":
                 p.steps.settle(state, "skipped", error=f"rejected by {record.decided_by}")
                 comment = f": {record.comment}" if record.comment else ""
