@@ -34,7 +34,7 @@ from longrun.temporal import (
     metrics_runtime,
 )
 from longrun.versions import VERSION_KEY, build_id, deployment_config, promote
-from workflows import RunWorkflow
+from workflows import WORKFLOWS
 
 log = logging.getLogger("longrun.worker")
 
@@ -56,7 +56,7 @@ RUN_ID = re.compile(RUN_ID_PATTERN)
 
 @asynccontextmanager
 async def serving(
-    client: Client, settings: Settings, workflows: Sequence[type] = (RunWorkflow,)
+    client: Client, settings: Settings, workflows: Sequence[type] = WORKFLOWS
 ) -> AsyncIterator[Worker]:
     """A running worker on the task queue: the run workflow and every activity, and the
     artifact retention sweep when `LONGRUN_ARTIFACT_RETENTION_DAYS` is set. A versioned
@@ -137,7 +137,7 @@ async def _sweep_forever(client: Client, store: ArtifactStore, retention: timede
         await asyncio.sleep(SWEEP_EVERY.total_seconds())
 
 
-async def run_worker(settings: Settings, workflows: Sequence[type] = (RunWorkflow,)) -> None:
+async def run_worker(settings: Settings, workflows: Sequence[type] = WORKFLOWS) -> None:
     """Poll the task queue until SIGINT or SIGTERM, then finish in-flight work and exit."""
     client = await connect_patiently(settings, log, metrics_runtime(settings))
     await ensure_search_attributes(client)
@@ -177,7 +177,7 @@ async def check_replay(
     client: Client,
     limit: int,
     where: str | None = None,
-    workflows: tuple[type, ...] = (RunWorkflow,),
+    workflows: tuple[type, ...] = WORKFLOWS,
     per_set: int = 10,
 ) -> ReplayCheck:
     """Replay against this code the histories of the namespace's open runs and of its latest

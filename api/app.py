@@ -27,6 +27,7 @@ from api.routes import (
     artifacts,
     decisions,
     events,
+    grants,
     health,
     metrics,
     prometheus,
@@ -122,6 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(retries.router)
     app.include_router(schedules.router)
     app.include_router(events.router)
+    app.include_router(grants.router)
     app.include_router(approvals.router)
     app.include_router(tools.router)
     app.include_router(metrics.router)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from longrun.contracts import Decision, RunState, RunStatusName
+from longrun.contracts.standing import GrantTerms
 from longrun.digests import DIGEST_PATTERN
 from longrun.versions import VersionStatus
 
@@ -82,6 +83,11 @@ class DecisionRequest(BaseModel):
         pattern=DIGEST_PATTERN,
         description="the approval's digest as you saw it: the decision is taken only if the "
         "run still asks for that exact call (409 if not)",
+    )
+    grant: GrantTerms | None = Field(
+        None,
+        description="with approve: let later calls of the same tool matching these terms run "
+        "without asking (a standing approval, as POST /v1/approvals/grants makes)",
     )
 
 

@@ -19,6 +19,20 @@ CANCELLING = "cancelling"
 DECIDE = "decide"
 # Signal: a child run's report to its parent (longrun.contracts.ChildReport).
 CHILD = "child"
+# Signal: the grants workflow's answer to a run that asked it (longrun.contracts.GrantOutcome).
+GRANT_ANSWER = "grant_answer"
+
+# The grants workflow: standing approvals, one workflow per task queue.
+GRANTS_WORKFLOW = "longrun.Grants"
+GRANT = "grant"  # signal: longrun.contracts.GrantRequest
+GRANTS = "grants"  # query: longrun.contracts.GrantList
+GRANT_OUTCOME = "grant_outcome"  # query: request id -> GrantOutcome | None
+
+
+def grants_workflow_id(task_queue: str) -> str:
+    """The grants workflow of the runs of `task_queue`."""
+    return f"longrun-grants-{task_queue}"
+
 
 # Memo: the changes a run starts with, named by the API that starts it: the workflow takes
 # them as recorded at its start, with no marker of their own (workflows/common.py).
@@ -39,6 +53,7 @@ STARTED_WITH = (
     PROGRESS_BY_COUNT_CHANGE,
     ONE_MEMO_AT_END_CHANGE,
     QUICK_TOOLS_LOCAL_CHANGE,
+    "standing-grants",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

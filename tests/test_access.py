@@ -142,6 +142,20 @@ async def test_the_access_matrix(
     other = await start(http, GATED)
     await expect(http, "POST", f"/v1/runs/{other}/cancel", {"owner": 202})
 
+    # Standing approvals: given and revoked by an approver of the tenant, for runs it sees;
+    # read by the tenant.
+    grant = {"json": {"tool": "echo", "run_id": other, "uses": 1}}
+    await expect(http, "POST", "/v1/approvals/grants", {**refused, "owner": 403}, **grant)
+    made = await http.post("/v1/approvals/grants", headers=key("approver"), **grant)
+    assert made.status_code == 201, made.text
+    grant_id = made.json()["grant_id"]
+    await expect(http, "GET", "/v1/approvals/grants", {**READ, "rival": 200})
+    assert grant_id not in (await http.get("/v1/approvals/grants", headers=key("rival"))).text
+    assert grant_id in (await http.get("/v1/approvals/grants", headers=key("viewer"))).text
+    revoke = f"/v1/approvals/grants/{grant_id}"
+    await expect(http, "DELETE", revoke, {**refused, "owner": 403})
+    await expect(http, "DELETE", revoke, {"approver": 200})
+
     # Schedules: read by the tenant, changed by their owner.
     body = {"run": GATED, "every_s": 3600, "paused": True}
     created = await http.post("/v1/schedules", json=body, headers=key("owner"))

@@ -91,7 +91,7 @@ class Approvals:
             self._supersede(record)  # the step asks for another call now
             record = None
         if record is None:
-            record = self._open(step_id, summary, kind, arguments, digest)
+            record = self._open(step_id, summary, kind, arguments, digest, tool)
         if step_id in self._steps.by_id:
             self._steps.by_id[step_id].status = "waiting_approval"
         self._on_change()
@@ -113,7 +113,13 @@ class Approvals:
             )
 
     def _open(
-        self, step_id: str, summary: str, kind: ApprovalKind, arguments: Any, digest: str
+        self,
+        step_id: str,
+        summary: str,
+        kind: ApprovalKind,
+        arguments: Any,
+        digest: str,
+        tool: str | None,
     ) -> ApprovalRecord:
         approval_id = f"{APPROVAL_PREFIX.get(kind, 'apr')}-{step_id}"
         base, n = approval_id, 1
@@ -128,6 +134,7 @@ class Approvals:
             kind=kind,
             arguments=arguments,
             digest=digest,
+            tool=tool,
         )
         self.records[approval_id] = record
         self.undecided[approval_id] = record

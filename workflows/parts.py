@@ -17,6 +17,7 @@ from workflows.ledger import Ledger
 from workflows.replay import Replay
 from workflows.reporting import Reporting
 from workflows.requests import Requests
+from workflows.standing import Standing
 from workflows.status import Display, StatusBoard
 from workflows.steps import StepBook
 from workflows.undo import UndoLog
@@ -61,6 +62,7 @@ class RunParts:
         self.tools = toolbox(inp.mcp_tools)
         self.undo = UndoLog(self.audit, self.tools)
         self.requests = Requests(self.approvals.decide, self.approvals.refusal)
+        self.standing = Standing(inp, self.audit)
         self.approvals.on_open = self.requests.release
         window = timedelta(seconds=inp.config.model_retry_window_s)
         replay = Replay(inp.reuse, self.audit)

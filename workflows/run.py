@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         ControlRequest,
         EventPage,
         EventsQuery,
+        GrantOutcome,
         RequestOutcome,
         RunFigures,
         RunInput,
@@ -166,6 +167,11 @@ class RunWorkflow:
     def _limits(self, change: BudgetChange) -> None:
         self._p.ledger.set_limits(change.limits, change.actor)
         self._p.children.regrant()
+
+    @workflow.signal(name=wire.GRANT_ANSWER)
+    def grant_answer(self, answer: GrantOutcome) -> None:
+        """The grants workflow's answer: may a call run under a standing approval?"""
+        self._p.standing.answer(answer)
 
     @workflow.signal(name=wire.CHILD)
     def child(self, report: ChildReport) -> None:

@@ -146,7 +146,11 @@ class PlanScheduler:
             )
             if binding is None and p.tools[step.tool].exposes_secrets:
                 binding = secret_approval(p.inp.config.policy, step.tool, resolved)
-        if step.approval is not None or step.requires_approval or binding:
+        gated = bool(step.approval is not None or step.requires_approval or binding)
+        if gated and step.tool is not None and step.approval is None:
+            # A call a standing approval covers runs without asking.
+            gated = await p.standing.covering(step.id, step.tool, resolved) is None
+        if gated:
             summary = (
                 resolved.get("message")
                 or f"{step.tool or step.kind} step '{step.id}': {preview(resolved)}"

@@ -17,16 +17,18 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from api import access
+from api import access, standing
 from api.access import Approver, Canceller, Operator
 from api.auth import Principal
 from api.deps import SettingsDep, TemporalClient
 from api.reading import (
+    fail_validation,
     invalid,
     query_state,
     query_until,
     run_status_of,
 )
+from api.routes.grants import grant_for
 from api.schemas import (
     Accepted,
     CancelRequest,
@@ -42,6 +44,8 @@ from longrun.contracts import (
     BudgetChange,
     CancelNote,
     ControlRequest,
+    GrantRequest,
+    GrantSpec,
     Limits,
     RequestOutcome,
 )
@@ -110,9 +114,40 @@ async def decide_approval(
             f"approval '{approval_id}' is for another call now (digest {asked.digest}, not "
             f"{body.digest}): look at it again and decide that",
         )
+    grant = None
+    if body.grant is not None:
+        if body.decision != "approve" or asked is None or asked.tool is None:
+            problem = "only the approval of a tool call the run waits on grants"
+            raise fail_validation(("body", "grant"), problem)
+        spec = GrantSpec(
+            tool=asked.tool,
+            run_id=None if body.grant.label else run_id,
+            **body.grant.model_dump(exclude_unset=True),
+        )
+        grant = await grant_for(spec, client, settings, caller)
     ended = partial(_ended_decision, handle, run_id, approval_id)
-    await _ask(handle, run_id, wire.DECIDE, decision, ended=ended)
-    return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' taken")
+    if grant is None:
+        await _ask(handle, run_id, wire.DECIDE, decision, ended=ended)
+        return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' taken")
+    # The grant first, so that the run's next call finds it; taken back if the decision is not.
+    add = GrantRequest(
+        request_id=standing.request_id(), action="add", grant=grant, actor=caller.name
+    )
+    await standing.send(client, settings, add)
+    try:
+        await _ask(handle, run_id, wire.DECIDE, decision, ended=ended)
+    except HTTPException:
+        revoke = GrantRequest(
+            request_id=standing.request_id(),
+            action="revoke",
+            grant_id=grant.grant_id,
+            actor=caller.name,
+            tenant=grant.tenant,
+        )
+        await standing.send(client, settings, revoke)
+        raise
+    detail = f"approve of '{approval_id}' taken; {grant.tool} granted ({grant.grant_id})"
+    return Accepted(run_id=run_id, detail=detail)
 
 
 def _asking_child(state: RunDetail, run_id: str, approval_id: str) -> str:

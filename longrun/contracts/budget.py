@@ -63,6 +63,7 @@ class PendingApproval(BaseModel):
     role: Role = Field(
         "approver", description="who may decide it: approver, or the role it was escalated to"
     )
+    tool: str | None = Field(None, description="the tool the call runs, if one does")
     run_id: str | None = Field(
         None, description="the child run that asks, when it is not this run (decide it there)"
     )

@@ -227,8 +227,10 @@ class Actor:
         state = p.steps.add(step_id, "tool")
         urls_whole = policy_urls_whole()
         replayed = p.calls.replay.has(name, args)  # nothing runs: nothing to approve or pay
-        if not replayed and policy.needs_approval(
-            name, args, spec.side_effect_for(args), urls_whole=urls_whole
+        if (
+            not replayed
+            and policy.needs_approval(name, args, spec.side_effect_for(args), urls_whole=urls_whole)
+            and await p.standing.covering(step_id, name, args) is None
         ):
             why = policy.binding_approval(name, args, urls_whole=urls_whole)
             ask = p.approvals.ask(
