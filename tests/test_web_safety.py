@@ -77,14 +77,20 @@ async def test_an_artifact_page_runs_no_script_on_the_apis_origin(
         assert (await wait_run(run_id, http=api))["status"] == "completed"
 
 
-async def test_the_inbox_page_keeps_no_key_where_script_can_read_it(
-    api: httpx.AsyncClient,
+@pytest.mark.parametrize(
+    ("path", "script_path"),
+    [("/ui/approvals", "/ui/approvals.js"), ("/ui/runs/run-x", "/ui/runs.js")],
+)
+async def test_the_pages_keep_no_key_where_script_can_read_it(
+    api: httpx.AsyncClient, path: str, script_path: str
 ) -> None:
-    page = await api.get("/ui/approvals")
+    page = await api.get(path)
     policy = page.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy.split("style-src")[0]
-    script = (await api.get("/ui/approvals.js")).text
+    script = (await api.get(script_path)).text
     assert "Storage" not in script and "<script>" not in page.text
+    # What a run wrote is set as text, never parsed as markup.
+    assert "innerHTML" not in script and "insertAdjacentHTML" not in script
 
 
 @pytest.mark.parametrize(
