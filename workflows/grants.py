@@ -7,6 +7,7 @@ used N times, however many runs ask at once."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
@@ -38,17 +39,17 @@ class GrantsWorkflow:
         """Keep the grants, answer runs, and hand over to a fresh history now and then."""
         while True:
             await workflow.wait_condition(lambda: bool(self._answers) or self._full())
-            while self._answers:
-                run_id, answer = self._answers.pop(0)
-                try:
-                    await workflow.get_external_workflow_handle(run_id).signal(
-                        wire.GRANT_ANSWER, answer
-                    )
-                except Exception:
-                    workflow.logger.info("run %s ended before its grant answer", run_id)
+            answers, self._answers = self._answers, []
+            await asyncio.gather(*(self._send(run_id, answer) for run_id, answer in answers))
             if self._full() and not self._answers:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carried())
+
+    async def _send(self, run_id: str, answer: GrantOutcome) -> None:
+        try:
+            await workflow.get_external_workflow_handle(run_id).signal(wire.GRANT_ANSWER, answer)
+        except Exception:  # a run that ended asks nothing any more
+            workflow.logger.info("run %s ended before its grant answer", run_id)
 
     def _full(self) -> bool:
         return workflow.info().get_current_history_length() > HANDOVER_EVENTS

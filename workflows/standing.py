@@ -50,7 +50,7 @@ class Standing:
         grants = workflow.get_external_workflow_handle(wire.grants_workflow_id(info.task_queue))
         try:
             await grants.signal(wire.GRANT, ask)
-        except Exception:
+        except Exception:  # no grants workflow (none was ever made): nothing is granted
             return None
         try:
             await workflow.wait_condition(

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import json
 import os
 import signal
-import ssl
 import sys
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -111,12 +109,6 @@ class HttpRequestArgs(_Args):
         return url
 
 
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    # Loading the CA bundle costs tens of milliseconds of CPU; do it once per worker.
-    return httpx.create_ssl_context()
-
-
 def _http_effect(args: HttpRequestArgs) -> SideEffect:
     return SideEffect.READ_ONLY if args.method in SAFE_METHODS else SideEffect.IRREVERSIBLE
 
@@ -143,7 +135,7 @@ async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any
     once = args.method in ("POST", "PATCH") and not args.retry_if_sent
     try:
         async with (
-            checked_client(ctx.settings, timeout_s=args.timeout_s, verify=_tls_context()) as client,
+            checked_client(ctx.settings, timeout_s=args.timeout_s) as client,
             client.stream(args.method, url, headers=headers, content=content) as response,
         ):
             body = bytearray()

@@ -165,24 +165,30 @@ class _CheckedBackend(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The default TLS context: loading the CA bundle costs tens of milliseconds of CPU, so a
+    worker does it once."""
+    return httpx.create_ssl_context()
+
+
 class _CheckedTransport(httpx.AsyncHTTPTransport):
-    def __init__(self, settings: Settings, verify: ssl.SSLContext | bool) -> None:
+    def __init__(self, settings: Settings, verify: ssl.SSLContext) -> None:
         super().__init__(verify=verify, trust_env=False)
         # httpx offers no way to name the network backend: its pool is made again with
         # ours, the rest as httpx makes it (tests of refusals by address guard this).
-        context = httpx.create_ssl_context(verify=verify, trust_env=False)
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=context, network_backend=_CheckedBackend(settings)
+            ssl_context=verify, network_backend=_CheckedBackend(settings)
         )
 
 
 def checked_client(
-    settings: Settings, *, timeout_s: float, verify: ssl.SSLContext | bool = True
+    settings: Settings, *, timeout_s: float, verify: ssl.SSLContext | None = None
 ) -> httpx.AsyncClient:
     """An httpx client for a run's requests: no proxies from the worker's environment, no
     redirects followed, every connection to a checked address."""
     return httpx.AsyncClient(
-        transport=_CheckedTransport(settings, verify),
+        transport=_CheckedTransport(settings, verify or tls_context()),
         timeout=timeout_s,
         follow_redirects=False,
         trust_env=False,
