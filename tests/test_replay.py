@@ -362,3 +362,38 @@ async def test_check_replay_names_runs_a_change_would_break(
     assert await check_replay(client, 10, where, per_set=1) == (2, [], 1)
     for run_id in (waiting, alike):
         await client.get_workflow_handle(run_id).terminate("test")
+
+
+async def test_a_run_under_a_grant_with_an_escalated_bound_decision_replays(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    # A call a standing grant covers (signals to and from the grants workflow), then an
+    # approval escalated at its deadline and decided naming its digest.
+    granted = await api.post(
+        "/v1/approvals/grants", json={"tool": "echo", "label": "replay:grants", "uses": 1}
+    )
+    assert granted.status_code == 201, granted.text
+    steps = [
+        {"id": "covered", "tool": "echo", "args": {"value": "g"}, "requires_approval": True},
+        {
+            "id": "up",
+            "tool": "echo",
+            "requires_approval": True,
+            "approval_timeout_s": 1,
+            "on_timeout": "escalate",
+            "depends_on": ["covered"],
+        },
+    ]
+    run_id = await submit(api, steps, labels={"replay": "grants"})
+    run = await wait_run(
+        run_id, lambda r: any(a["role"] == "admin" for a in r["pending_approvals"])
+    )
+    [asked] = run["pending_approvals"]
+    decided = await api.post(
+        f"/v1/runs/{run_id}/approvals/{asked['approval_id']}",
+        json={"decision": "approve", "digest": asked["digest"]},
+    )
+    assert decided.status_code == 202, decided.text
+    run = await wait_run(run_id)
+    assert run["status"] == "completed" and len(run["approvals"]) == 1, run
+    await replays_and_is_kept(client, run_id, "granted_escalated_and_bound")
