@@ -54,6 +54,7 @@ STARTED_WITH = (
     ONE_MEMO_AT_END_CHANGE,
     QUICK_TOOLS_LOCAL_CHANGE,
     "standing-grants",
+    "watchdog-coaches",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

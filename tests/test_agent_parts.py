@@ -224,3 +224,30 @@ def test_the_watchdog_counts_repeats_invalid_answers_turns_and_phase_time() -> N
     watch.forgive()  # the phase gets its share again
     watch.note_time()
     assert watch.stall is None
+
+
+def test_the_watchdog_coaches_once_before_it_holds_and_a_poll_is_no_loop() -> None:
+    clock = [datetime(2026, 1, 1, tzinfo=UTC)]
+    state, _ = _state()
+    watch = ProgressWatch(Watchdog(repeats=3), state, lambda: clock[0], lambda: None, coach=True)
+    # The same call with different outputs (a poll, a flaky server): no repetition.
+    for n in range(5):
+        watch.note_call("http_request", {"url": "u"}, f"status {n}")
+    assert watch.stall is None and watch.coaching is None
+    watch.new_step()
+    # The same call, the same output: the model is told first, the run goes on.
+    for _ in range(3):
+        watch.note_call("http_request", {"url": "u"}, "ok")
+    assert watch.stall is None
+    assert watch.coaching is not None and "http_request" in watch.coaching
+    watch.coaching = None
+    # Repeated after that: held.
+    for _ in range(3):
+        watch.note_call("http_request", {"url": "u"}, "ok")
+    assert watch.stall is not None and watch.stall.evidence["kind"] == "repeated_call"
+    # A new step is coached afresh.
+    watch.forgive()
+    watch.new_step()
+    for _ in range(3):
+        watch.note_call("http_request", {"url": "u"}, "ok")
+    assert watch.stall is None and watch.coaching is not None

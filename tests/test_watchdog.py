@@ -35,12 +35,12 @@ async def test_a_run_repeating_one_call_is_held_stalled_and_guidance_carries_it_
     standin.scenario(
         [
             {"match": marker, "role": "plan", "json": plan(("look", "find what to write"))},
-            # The actor reads the same missing file over and over (the watchdog lets it
-            # three times).
+            # The actor reads the same missing file over and over: the third time it is
+            # told so, and the third time after that the run is held.
             {
                 "match": marker,
                 "role": "act",
-                "times": 3,
+                "times": 6,
                 "tool_calls": [{"name": "read_file", "arguments": {"path": "todo.txt"}}],
             },
         ]
@@ -55,7 +55,10 @@ async def test_a_run_repeating_one_call_is_held_stalled_and_guidance_carries_it_
     run = await wait_run(run_id, _paused)
     assert (run["status"], run["pause_reason"]) == ("paused", "stalled"), run
     assert "read_file" in run["pause_detail"] and "3 times" in run["pause_detail"], run
-    assert len(standin.calls(marker, role="act")) == 3  # held within a few turns
+    acts = standin.calls(marker, role="act")
+    assert len(acts) == 6  # held within a few turns
+    told = acts[3]["messages"][-1]
+    assert told["role"] == "tool" and "Note from longrun" in told["content"], told
     [held] = run["pending_approvals"]
     assert held["kind"] == "stalled" and held["approval_id"] == "stall-look"
     assert held["arguments"] == {

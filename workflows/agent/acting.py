@@ -277,6 +277,8 @@ class Actor:
         """A tool call ran and the model is told `reply`: the watchdog counts it."""
         if self.watch is not None:
             self.watch.note_call(name, args, reply)
+            if self.watch.coaching is not None:
+                reply, self.watch.coaching = f"{reply}\n\n{self.watch.coaching}", None
         return reply
 
     async def _delegate(self, call: ToolCallRequest, step_id: str) -> str:

@@ -20,8 +20,8 @@ from workflows.agent.acting import MEMORY_PATCH, Actor
 from workflows.agent.checks import Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
-from workflows.agent.watchdog import ProgressWatch, watching
-from workflows.common import StepFailed, patched
+from workflows.agent.watchdog import COACHING_CHANGE, ProgressWatch, watching
+from workflows.common import StepFailed, changed, patched
 from workflows.handover import HandOver
 from workflows.parts import RunParts
 
@@ -68,7 +68,11 @@ class AgentLoop:
         if watching(s):
             ledger = self._parts.ledger
             self._watch = self._actor.watch = ProgressWatch(
-                self._spec.watchdog, s, workflow.now, lambda: ledger.budget.max_duration_s
+                self._spec.watchdog,
+                s,
+                workflow.now,
+                lambda: ledger.budget.max_duration_s,
+                coach=changed(COACHING_CHANGE),
             )
         if not self._resumed:
             s.plan = await self._make_plan(context=None)

@@ -24,6 +24,8 @@ with workflow.unsafe.imports_passed_through():
 
 # Runs started before the watchdog carry on without it.
 WATCHDOG_PATCH = "agent-watchdog"
+# Runs started with it are told of a repetition before they are held for it.
+COACHING_CHANGE = "watchdog-coaches"
 SEEN_CHARS = 300  # of a call or an output, in the evidence
 DECIDER = "longrun"
 
@@ -47,8 +49,15 @@ class ProgressWatch:
         state: AgentState,
         now: Clock,
         time_budget: Callable[[], float | None],
+        coach: bool = False,
     ) -> None:
+        """With `coach`, a repetition is first told to the model (`coaching`) and holds the
+        run only if it goes on after that; a call repeated with different outputs is no
+        repetition."""
         self._limits = limits
+        self._coach = coach
+        self._coached: set[str] = set()  # repetitions already told, this step
+        self.coaching: str | None = None  # what to tell the model with this call's output
         self._state = state
         self._now = now
         self._time_budget = time_budget
@@ -64,6 +73,7 @@ class ProgressWatch:
         self._calls.clear()
         self._outputs.clear()
         self._invalid.clear()
+        self._coached.clear()
         self._state.turns_at_progress = self._state.turns
         self._state.phase_seconds[self._state.phase] = 0.0
         self._phase_since = self._now()
@@ -72,6 +82,7 @@ class ProgressWatch:
         """The agent starts a step (or starts it again): what it repeated is forgotten."""
         self._calls.clear()
         self._outputs.clear()
+        self._coached.clear()
 
     def progressed(self) -> None:
         """A plan step was verified."""
@@ -81,16 +92,24 @@ class ProgressWatch:
         """A tool call ran and gave `output` (or its failure)."""
         self._invalid.clear()
         key = f"{name} {json.dumps(args, sort_keys=True)}"
-        self._calls[key] += 1
-        times = self._calls[key]
+        # Coached, a call is the same call only with the same output (a poll is no loop).
+        counted = f"{key} -> {output}" if self._coach else key
+        self._calls[counted] += 1
+        times = self._calls[counted]
         self._outputs = [*self._outputs[-(self._limits.repeats - 1) :], output]
         if times >= self._limits.repeats:
+            if self._coaches(counted, key, output, times):
+                self._calls[counted] = 0
+                return
             self.stall = Stall(
                 f"the agent called {cut(key, SEEN_CHARS)} {times} times in step "
                 f"'{self._step_id()}'",
                 {"kind": "repeated_call", "call": cut(key, SEEN_CHARS), "times": times},
             )
         elif len(self._outputs) >= self._limits.repeats and len(set(self._outputs)) == 1:
+            if self._coaches(f"-> {output}", key, output, len(self._outputs)):
+                self._outputs.clear()
+                return
             self.stall = Stall(
                 f"the agent's last {len(self._outputs)} tool calls all gave the same output",
                 {
@@ -99,6 +118,20 @@ class ProgressWatch:
                     "times": len(self._outputs),
                 },
             )
+
+    def _coaches(self, repetition: str, key: str, output: str, times: int) -> bool:
+        """Tell the model of a repetition the first time it is seen this step, instead of
+        holding the run; whether it did."""
+        if not self._coach or repetition in self._coached:
+            return False
+        self._coached.add(repetition)
+        self.coaching = (
+            f"Note from longrun: this is the {times}th time in this step that a call gave this "
+            f"same result (last: {cut(key, SEEN_CHARS)}). Use the result you have; do not repeat "
+            "the call unless the step asks for it again. If the step is done, say so without "
+            "calling a tool. A further repeat holds the run for a person."
+        )
+        return True
 
     def note_invalid(self, problem: str) -> None:
         """The model's answer called a tool it may not use, or with invalid arguments."""
