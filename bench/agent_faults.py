@@ -528,8 +528,16 @@ def report(
 
 
 def figures(results: Results, rates: list[float], args: argparse.Namespace) -> list[Figure]:
-    """The suite's figures of this benchmark: runs completed, longrun against the plain loop."""
+    """The suite's figures of this benchmark: runs completed, longrun against the plain loop.
+    Raises if longrun completed no run at a rate: the point of the row, which must not read
+    0 as if it were a measure (the plain loop completing none is what faults do to it)."""
     calls = 1 + 3 * args.steps + args.steps * args.tools_per_step
+    for rate in rates:
+        if results[rate, "longrun"].done == 0:
+            raise RuntimeError(
+                f"longrun completed none of its {args.runs} runs at {rate:.0%}: the benchmark "
+                "did not do its work (see the reasons above)"
+            )
     return [
         Figure(
             "under faults",
