@@ -234,7 +234,15 @@ class ModelActivities:
             answer = await self.endpoint.call(
                 req.model, messages, max_tokens=wanted, within_s=within, tools=tools
             )
-            why = routing.calls_badly(answer.content, answer.tool_calls, tools)
+            why = None
+            if not answer.tool_calls and answer.content:
+                # Calls written as text are read before anything else is tried; whole, they
+                # go back into the conversation as native calls.
+                written = routing.text_calls(answer.content, tools, len(messages))
+                why = routing.missing_arguments(written, tools) if written else None
+                if written and why is None:
+                    return None, written, answer.usage
+            why = why or routing.calls_badly(answer.content, answer.tool_calls, tools)
             if why is None or not self.endpoint.route(req.model, why):
                 return answer.content, answer.tool_calls, answer.usage
             spent = answer.usage

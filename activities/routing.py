@@ -11,6 +11,7 @@ Pure functions: `activities/model.py` makes the calls.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from longrun import prompts
@@ -83,21 +84,103 @@ def routed_answer(value: Any, turn: int) -> tuple[str | None, list[ToolCallReque
     ]
 
 
+def text_calls(content: str, tools: list[dict[str, Any]], turn: int) -> list[ToolCallRequest]:
+    """The tool calls a model wrote as text, however it wrote them: Hermes `<tool_call>`
+    tags (Qwen's, as llama.cpp and vLLM without a tool parser return them), a JSON object
+    or a list of them, fenced or with prose around. An object is a call if it names an
+    offered tool, or names any tool with its arguments (the run then refuses it and lists
+    the tools it may call)."""
+    offered = {t["function"]["name"] for t in tools if "function" in t}
+    tagged = [m.group(1) for m in _TAGGED.finditer(content)]
+    found: list[tuple[str, dict[str, Any]]] = []
+    for chunk in tagged or [content]:
+        for value in _json_values(chunk):
+            for item in value if isinstance(value, list) else [value]:
+                call = _as_call(item, offered)
+                if call is not None:
+                    found.append(call)
+    return [
+        ToolCallRequest(id=f"{TEXT_ID}_{turn}_{n}", name=name, arguments=json.dumps(args))
+        for n, (name, args) in enumerate(found)
+    ]
+
+
+def missing_arguments(calls: list[ToolCallRequest], tools: list[dict[str, Any]]) -> str | None:
+    """What a call read from text lacks that its offered tool requires, or None. A model
+    that writes calls as text without what they need writes them whole when routed (one
+    action, its tool's arguments described), which is asked instead."""
+    required = {
+        t["function"]["name"]: t["function"].get("parameters", {}).get("required", [])
+        for t in tools
+        if "function" in t
+    }
+    for call in calls:
+        args = _loaded(call.arguments)
+        lacking = [k for k in required.get(call.name, []) if k not in args]
+        if lacking:
+            return f"it wrote a call of {call.name} as text without {', '.join(lacking)}"
+    return None
+
+
 def calls_badly(
     content: str | None, calls: list[ToolCallRequest], tools: list[dict[str, Any]]
 ) -> str | None:
-    """Why an answer to "auto" tool choice shows the model cannot call tools that way (a
-    call written as text), or None. A call to a tool it was not offered is not that: the
-    run refuses it and tells the model why (a policy at work, or a page that tricked it),
-    and the watchdog counts such answers."""
+    """Why an answer to "auto" tool choice shows the model cannot call tools that way (it
+    tried to write a call as text, and no call could be read from it), or None. A call to
+    a tool it was not offered is not that: the run refuses it and tells the model why (a
+    policy at work, or a page that tricked it), and the watchdog counts such answers."""
+    if calls or not content:
+        return None
     offered = {t["function"]["name"] for t in tools if "function" in t}
-    if not calls and content:
-        written = _loaded(content.strip().removeprefix("```json").strip("`").strip())
-        if isinstance(written, dict) and (
-            written.get("name") in offered or written.get("tool") in offered
-        ):
-            return "it wrote a tool call as text"
-    return None
+    tried = "<tool_call>" in content or any(
+        f'"{name}"' in content and ('"name"' in content or '"tool"' in content) for name in offered
+    )
+    return "it wrote a tool call as text that could not be read" if tried else None
+
+
+_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+TEXT_ID = "text"
+
+
+def _json_values(text: str) -> list[Any]:
+    """Every JSON object or list standing in `text`, outermost only, left to right."""
+    decoder = json.JSONDecoder()
+    values: list[Any] = []
+    at = 0
+    while (start := _next_open(text, at)) >= 0:
+        try:
+            value, at = decoder.raw_decode(text, start)
+        except ValueError:
+            at = start + 1
+            continue
+        values.append(value)
+    return values
+
+
+def _next_open(text: str, at: int) -> int:
+    found = [i for i in (text.find("{", at), text.find("[", at)) if i >= 0]
+    return min(found) if found else -1
+
+
+def _as_call(item: Any, offered: set[str]) -> tuple[str, dict[str, Any]] | None:
+    """(name, arguments) if `item` is written as a tool call, else None."""
+    if not isinstance(item, dict):
+        return None
+    function = item.get("function")
+    if isinstance(function, dict):  # OpenAI's own shape, written out
+        item = function
+    name = item.get("name", item.get("tool"))
+    if not isinstance(name, str) or not name:
+        return None
+    keys = ("arguments", "parameters", "args")
+    args = next((item[k] for k in keys if k in item), None)
+    if isinstance(args, str):
+        args = _loaded(args)
+    if args is None and name in offered:
+        args = {}
+    if not isinstance(args, dict):
+        return None
+    return name, args
 
 
 def _loaded(text: str) -> Any:

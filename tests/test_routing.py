@@ -1,7 +1,6 @@
-"""Tool calls routed by longrun for a model that calls tools badly with "auto" tool choice:
-the stand-in writes calls as text, as small models on llama.cpp do; longrun notices on the
-first answer, asks that turn again for one structured action, and routes the model's calls
-from then on."""
+"""Tool calls a model writes as text, as small models on llama.cpp do, are read as calls
+however they are written; a model that tries and writes no call that can be read gets the
+turn asked again for one structured action, and its calls routed from then on."""
 
 from __future__ import annotations
 
@@ -24,16 +23,46 @@ TOOLS = [
 ]
 
 
-async def test_a_model_that_writes_tool_calls_as_text_gets_them_routed(
+async def test_a_model_that_writes_tool_calls_as_text_has_them_read(
     api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:
     standin.profile(**{**PROFILES["llama-cpp"].model_dump(), "tool_calls_as_text": True})
-    marker = "routed-agent"
+    marker = "text-calls-agent"
     write = ("write_file", {"path": "out.txt", "content": "ok"})
     standin.scenario(
         [
             {"match": marker, "role": "plan", "json": plan(("write", "write ok into out.txt"))},
-            act(marker, write),  # written as text: the model calls tools badly
+            act(marker, write),  # written as text: read, and run as it is
+            act(marker, ("finish", {"summary": "wrote it"})),
+        ]
+    )
+    run_id = await start(
+        api,
+        goal=f"{marker}: write ok into out.txt",
+        acceptance=OUTPUT_ACCEPTANCE,
+        tools=["write_file"],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    acts = standin.calls(marker, role="act")
+    assert [bool(c["tools"]) for c in acts] == [True, True]  # never asked again, routed
+    # The call read from text is in the conversation as a native call, with its result.
+    said = [m for m in acts[1]["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
+    assert said and said[-1]["tool_calls"][0]["function"]["name"] == "write_file", acts[1]
+    assert any(m["role"] == "tool" for m in acts[1]["messages"])
+
+
+async def test_a_call_that_cannot_be_read_gets_the_turn_asked_again_routed(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.profile(**PROFILES["llama-cpp"].model_dump())
+    marker = "routed-agent"
+    write = ("write_file", {"path": "out.txt", "content": "ok"})
+    cut_short = '<tool_call>\n{"name": "write_file", "arguments": {"path": "out.'
+    standin.scenario(
+        [
+            {"match": marker, "role": "plan", "json": plan(("write", "write ok into out.txt"))},
+            act(marker, reply=cut_short),  # a call it tried to write, and could not
             act(marker, write),  # the same turn asked again, routed
             act(marker, ("finish", {"summary": "wrote it"})),
         ]
@@ -56,6 +85,44 @@ async def test_a_model_that_writes_tool_calls_as_text_gets_them_routed(
     assert any("Tool result:" in str(m["content"]) for m in acts[2]["messages"])
 
 
+def test_calls_written_as_text_are_read_however_they_are_written() -> None:
+    call = {"name": "write_file", "arguments": {"path": "a", "content": "b"}}
+    read = [
+        ToolCallRequest(id="text_3_0", name="write_file", arguments=json.dumps(call["arguments"]))
+    ]
+    hermes = f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+    for written in (
+        hermes,
+        f"I will write it now.\n{hermes}\nThat is all.",
+        f"Here it is: {json.dumps(call)} -- done",
+        f"```json\n{json.dumps(call)}\n```",
+        json.dumps({"function": {**call, "arguments": json.dumps(call["arguments"])}}),
+    ):
+        assert routing.text_calls(written, TOOLS, 3) == read, written
+    several = routing.text_calls(f"{hermes}{hermes.replace('write_file', 'finish')}", TOOLS, 1)
+    assert [c.name for c in several] == ["write_file", "finish"]
+    # A step id taken for a tool is read as the call it looks like: the run refuses it and
+    # lists the tools it may call.
+    stray = routing.text_calls('{"name": "compute_sum", "arguments": {"a": 1}}', TOOLS, 1)
+    assert [c.name for c in stray] == ["compute_sum"]
+    # A call read whole runs as written; one without what its tool requires is asked again,
+    # routed (Qwen2.5-Coder's first write_file came without its content).
+    required = [
+        {
+            "type": "function",
+            "function": {"name": "write_file", "parameters": {"required": ["path", "content"]}},
+        }
+    ]
+    lacking = routing.text_calls('{"name": "write_file", "arguments": {"path": "a"}}', required, 1)
+    assert routing.missing_arguments(lacking, required) == (
+        "it wrote a call of write_file as text without content"
+    )
+    assert routing.missing_arguments(read, required) is None
+    # Neither prose nor an echoed schema is a call.
+    assert routing.text_calls("All done: the file is written.", TOOLS, 1) == []
+    assert routing.text_calls('{"path": {"title": "Path"}}', TOOLS, 1) == []
+
+
 def test_what_counts_as_calling_tools_badly() -> None:
     call = ToolCallRequest(id="c", name="write_file", arguments="{}")
     assert routing.calls_badly(None, [call], TOOLS) is None
@@ -63,10 +130,12 @@ def test_what_counts_as_calling_tools_badly() -> None:
     # A tool it was not offered is refused by the run and explained, not routed.
     stray = ToolCallRequest(id="c", name="shell", arguments="{}")
     assert routing.calls_badly(None, [stray], TOOLS) is None
-    as_text = json.dumps({"name": "write_file", "arguments": {"path": "a"}})
-    assert routing.calls_badly(as_text, [], TOOLS) == "it wrote a tool call as text"
-    fenced = f"```json\n{as_text}\n```"
-    assert routing.calls_badly(fenced, [], TOOLS) == "it wrote a tool call as text"
+    # Asked only of an answer no call could be read from: a call it tried to write.
+    cut_short = '<tool_call>{"name": "write_file", "arguments": {"path": '
+    assert routing.calls_badly(cut_short, [], TOOLS) == (
+        "it wrote a tool call as text that could not be read"
+    )
+    assert routing.calls_badly('{"tool": "write_file", "arguments": [1', [], TOOLS) is not None
 
 
 def test_a_routed_action_becomes_the_actors_answer() -> None:
