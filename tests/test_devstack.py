@@ -128,7 +128,14 @@ def test_dev_stack_runs_a_plan_and_stops_on_one_interrupt(tmp_path: Path) -> Non
                     break
                 assert beside.poll() is None, (tmp_path / "beside.out").read_text()
                 time.sleep(0.1)
-            run = _echo_run(api)
+            # A worker that makes its version current at its start does not wait for the
+            # routing to reach the task queue (only `longrun deployment current` does): a
+            # busy machine may start a run or two on the old version first.
+            for _ in range(30):
+                run = _echo_run(api)
+                if run["version"] == "v2":
+                    break
+                time.sleep(1)
             assert run["status"] == "completed" and run["version"] == "v2", run
             versions = {v["build_id"]: v for v in httpx.get(f"{api}/readyz").json()["versions"]}
             assert versions["v2"]["status"] == "current" and versions["v2"]["workers"] >= 1
