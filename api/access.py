@@ -34,6 +34,7 @@ from api.auth import Caller, Principal
 from api.reading import describe_run
 from longrun.attributes import TENANT_ATTRIBUTE
 from longrun.contracts import Role
+from longrun.settings import Settings
 
 Action = Literal[
     "read",
@@ -113,6 +114,12 @@ Operator = Annotated[Principal, Depends(requires("pause"))]
 Canceller = Annotated[Principal, Depends(requires("cancel"))]
 ScheduleChanger = Annotated[Principal, Depends(requires("change_schedule"))]
 Admin = Annotated[Principal, Depends(requires("delete"))]
+
+
+def four_eyes(settings: Settings) -> bool:
+    """Whether a run's owner may not decide its approvals (nor grant them): the setting,
+    where keys tell callers apart (without keys everyone is the same local caller)."""
+    return settings.four_eyes and bool(settings.api_keys)
 
 
 def sees(caller: Principal, holder: Holder) -> bool:

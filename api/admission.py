@@ -36,7 +36,7 @@ from longrun.contracts import (
     RunRequest,
     ToolCheck,
 )
-from longrun.destinations import early_refusal
+from longrun.destinations import early_refusal, port_of
 from longrun.plans import (
     PlanError,
     acceptance_of,
@@ -71,7 +71,7 @@ def _webhook_problems(body: RunRequest, settings: Settings) -> list[PlanError]:
     for i, url in enumerate(body.webhooks or []):
         try:
             parsed = httpx.URL(url)
-            port = parsed.port or (443 if parsed.scheme == "https" else 80)
+            port = port_of(parsed.scheme, parsed.port)
             refusal = early_refusal(settings.allowed_destinations(), parsed.host, port)
         except httpx.InvalidURL as exc:
             refusal = f"not a URL: {exc}"

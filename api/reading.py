@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Annotated, Any, Literal, cast
 
@@ -133,6 +134,25 @@ async def query_run(
             headers={"Retry-After": "5"},
         )
     return result
+
+
+# How long a request (a decision, a pause, a grant...) may take to be taken or refused.
+REQUEST_WAIT_S = 20.0
+# Its outcome is asked for at once, then after waits that double from the first to the
+# last: under load a busy worker is not asked ever faster for what it has not done yet.
+REQUEST_POLL_S = (0.05, 0.8)
+
+
+async def polling(wait_s: float = REQUEST_WAIT_S) -> AsyncIterator[float]:
+    """The time left, at once and then after each wait of REQUEST_POLL_S, until `wait_s`
+    is up: when to ask again for a request's outcome."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    pause, longest = REQUEST_POLL_S
+    while (left := deadline - loop.time()) > 0:
+        yield left
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, longest)
 
 
 async def query_until(

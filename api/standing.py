@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 from fastapi import HTTPException
@@ -12,12 +11,10 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import Principal
+from api.reading import polling
 from longrun import wire
 from longrun.contracts import Grant, GrantList, GrantOutcome, GrantRequest, GrantsInput, GrantSpec
 from longrun.settings import Settings
-
-REQUEST_WAIT_S = 20.0
-REQUEST_POLL_S = (0.05, 0.8)
 
 
 def _handle(client: Client, settings: Settings) -> WorkflowHandle[object, None]:
@@ -48,10 +45,7 @@ async def send(client: Client, settings: Settings, request: GrantRequest) -> Gra
         start_signal_args=[request],
     )
     handle = _handle(client, settings)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + REQUEST_WAIT_S
-    pause, longest = REQUEST_POLL_S
-    while loop.time() < deadline:
+    async for _ in polling():
         try:
             outcome: GrantOutcome | None = await handle.query(
                 wire.GRANT_OUTCOME, request.request_id, result_type=GrantOutcome
@@ -60,9 +54,25 @@ async def send(client: Client, settings: Settings, request: GrantRequest) -> Gra
             outcome = None
         if outcome is not None:
             return outcome
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, longest)
     raise HTTPException(503, "no longrun worker took the request in time (is one running?)")
+
+
+async def add(client: Client, settings: Settings, grant: Grant, actor: str) -> GrantOutcome:
+    """Ask the grants workflow to keep `grant`; its outcome."""
+    request = GrantRequest(request_id=request_id(), action="add", grant=grant, actor=actor)
+    return await send(client, settings, request)
+
+
+async def revoke(client: Client, settings: Settings, grant: Grant, actor: str) -> GrantOutcome:
+    """Ask the grants workflow to revoke `grant` (of its tenant); its outcome."""
+    request = GrantRequest(
+        request_id=request_id(),
+        action="revoke",
+        grant_id=grant.grant_id,
+        actor=actor,
+        tenant=grant.tenant,
+    )
+    return await send(client, settings, request)
 
 
 async def listed(client: Client, settings: Settings) -> list[Grant]:

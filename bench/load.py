@@ -72,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
     from figures import Figure
     from procs import cpu_s
 
-    from api.routes.decisions import REQUEST_POLL_S
+    from api.reading import REQUEST_POLL_S
     from longrun.dev.stack import TemporalDevServer, free_port
 
 SECTION = "load"

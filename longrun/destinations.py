@@ -122,7 +122,7 @@ def name_refusal(allowed: Iterable[Entry], host: str, port: int) -> str | None:
         return None
     listed = ", ".join(map(str, entries)) or "nothing"
     return (
-        f"'{_pair(host, port)}' is not an allowed destination (allowed: {listed}); "
+        f"'{pair(host, port)}' is not an allowed destination (allowed: {listed}); "
         f"add it to {ALLOW_SETTING} as host:port to allow it"
     )
 
@@ -154,11 +154,11 @@ def address_refusal(
 ) -> str | None:
     """Why a connection to `address:port`, reached by the name `host`, is refused, or None
     (`own` and `is_local` as `own_service` takes them)."""
-    target = _pair(str(address), port)
+    target = pair(str(address), port)
     what = own_service(own, address, port, is_local)
     if what is not None:
         return (
-            f"'{_pair(host, port)}' ({target}) is {what}, which runs never reach, "
+            f"'{pair(host, port)}' ({target}) is {what}, which runs never reach, "
             f"whatever {ALLOW_SETTING} says"
         )
     kind = reserved_kind(address)
@@ -168,7 +168,7 @@ def address_refusal(
     if any(not e.wildcard and e.port == port and e.host in exact for e in allowed):
         return None
     return (
-        f"'{_pair(host, port)}' resolves to {target}, a {kind} address, which runs reach only "
+        f"'{pair(host, port)}' resolves to {target}, a {kind} address, which runs reach only "
         f"when {ALLOW_SETTING} names that address or name with its port (a wildcard is not "
         "enough)"
     )
@@ -186,5 +186,12 @@ def early_refusal(allowed: Iterable[Entry], host: str, port: int) -> str | None:
     return refusal
 
 
-def _pair(host: str, port: int) -> str:
+def pair(host: str, port: int | str) -> str:
+    """host:port as an allow-list entry writes it ([v6]:port for IPv6 addresses)."""
+    host = host.strip("[]")
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def port_of(scheme: str, port: int | None) -> int:
+    """The port a URL of `scheme` with `port` (None: its default) connects to."""
+    return port or (443 if scheme == "https" else 80)

@@ -14,17 +14,11 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from longrun.contracts import Limits, Price, Role
-from longrun.destinations import DENY_SETTING, Entry, parse_entry
+from longrun.destinations import DENY_SETTING, Entry, pair, parse_entry
 
 # Where Temporal's HTTP API is: its gRPC port + 10 (`longrun dev` starts it there).
 TEMPORAL_HTTP_API_OFFSET = 10
 BUILD_ID_PATTERN = r"^[A-Za-z0-9_.+-]{1,100}$"  # a worker version's build id
-
-
-def _pair(host: str, port: str) -> str:
-    """host:port ([v6]:port for IPv6 addresses)."""
-    host = host.strip("[]")
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class ApiKey(BaseModel):
@@ -235,19 +229,19 @@ class Settings(BaseSettings):
         temporal_host, _, temporal_port = self.temporal_address.rpartition(":")
         ui = urlsplit(self.temporal_ui_url)
         found = {
-            _pair(temporal_host, temporal_port): "Temporal",
-            _pair(ui.hostname or "", str(ui.port or 80)): "the Temporal Web UI",
-            _pair(self.api_host, str(self.api_port)): "the longrun API",
+            pair(temporal_host, temporal_port): "Temporal",
+            pair(ui.hostname or "", str(ui.port or 80)): "the Temporal Web UI",
+            pair(self.api_host, str(self.api_port)): "the longrun API",
         }
         if self.metrics_address:
             found[self.metrics_address] = "the worker's metrics"
         if temporal_port.isdigit():
             http_api = int(temporal_port) + TEMPORAL_HTTP_API_OFFSET
-            found[_pair(temporal_host, str(http_api))] = "Temporal's HTTP API"
+            found[pair(temporal_host, str(http_api))] = "Temporal's HTTP API"
         own: dict[Entry, str] = {}
-        for pair, what in found.items():
+        for endpoint, what in found.items():
             with contextlib.suppress(ValueError):  # an address that names no port
-                own[parse_entry(pair)] = what
+                own[parse_entry(endpoint)] = what
         for each in self.denied_destinations:
             own[parse_entry(each, any_port=True)] = f"denied ({DENY_SETTING})"
         return own

@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
         PendingApproval,
         Role,
     )
-    from longrun.digests import call_digest
+    from longrun.digests import bound_refusal, call_digest
 
 APPROVAL_SUMMARY_CHARS = 2000
 # Approval ids by kind: apr-<step>, help-<step> for an agent asking for help, stall-<step>
@@ -235,19 +235,8 @@ class Approvals:
                 f"approval '{record.approval_id}' was already decided: "
                 f"{record.decision} by {record.decided_by}"
             )
-        deciders = {record.role, "admin"}
-        escalated = record.role != "approver" and decision.actor != TIMEOUT_ACTOR
-        if escalated and not deciders & set(decision.roles):
-            return "NeedsRole", (
-                f"approval '{record.approval_id}' was escalated: only the role "
-                f"{record.role} decides it now"
-            )
-        if decision.digest is not None and decision.digest != record.digest:
-            return "StaleDigest", (
-                f"approval '{record.approval_id}' is for another call now (digest "
-                f"{record.digest}, not {decision.digest}): look at it again and decide that"
-            )
-        return None
+        by_the_run = decision.actor == TIMEOUT_ACTOR
+        return bound_refusal(record, decision.digest, decision.roles, by_the_run=by_the_run)
 
     def decide(self, decision: ApprovalDecision) -> ApprovalRecord | None:
         """Take a person's decision and return the decided request; None (and nothing

@@ -34,11 +34,6 @@ class Refused(Exception):
     """A destination the rule refuses; the message names the rule and the setting."""
 
 
-def port_of(url: httpx.URL) -> int:
-    """The port a request to `url` goes to."""
-    return url.port or (443 if url.scheme == "https" else 80)
-
-
 async def _resolve(host: str, port: int) -> list[IPAddress]:
     literal = address_of(host)
     if literal is not None:

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import httpx
 
-from activities.tools.destinations import Refused, open_checked, port_of
+from activities.tools.destinations import Refused, open_checked
+from longrun.destinations import port_of
 from longrun.settings import Settings
 
 INSIDE = "/run/longrun"  # where the socket and the forwarder are, seen from inside
@@ -120,7 +121,7 @@ async def _proxy(
         return
     try:
         up_reader, up_writer = await open_checked(
-            settings, url.host, port_of(url), CONNECT_TIMEOUT_S
+            settings, url.host, port_of(url.scheme, url.port), CONNECT_TIMEOUT_S
         )
     except Refused as exc:
         await _answer(writer, 403, str(exc))

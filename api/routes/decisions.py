@@ -3,7 +3,6 @@ budget. Each is taken exactly once: the caller whose decision won gets 2xx, ever
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -24,6 +23,7 @@ from api.deps import SettingsDep, TemporalClient
 from api.reading import (
     fail_validation,
     invalid,
+    polling,
     query_state,
     query_until,
     run_status_of,
@@ -44,22 +44,19 @@ from longrun.contracts import (
     BudgetChange,
     CancelNote,
     ControlRequest,
-    GrantRequest,
     GrantSpec,
     Limits,
     RequestOutcome,
 )
+from longrun.digests import bound_refusal
 from longrun.plans import check_limits
 
 # A label filter: a label key and value as runs carry them, joined by a colon.
 
-router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=answers(401, 403, 503))
+# How a run's refusal of a request is answered; any other is a 409.
+REFUSAL_STATUS = {"UnknownApproval": 404, "NeedsRole": 403}
 
-# How long a request to a run (a decision, a pause...) may take to be taken or refused.
-REQUEST_WAIT_S = 20.0
-# The run is asked for the outcome at once, then after waits that double from the first to
-# the last: under load a busy worker is not asked ever faster for what it has not done yet.
-REQUEST_POLL_S = (0.05, 0.8)
+router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=answers(401, 403, 503))
 
 
 def request_id() -> str:
@@ -80,9 +77,7 @@ async def decide_approval(
     handle, desc = await access.run_for(client, caller, "decide", run_id)
     if run_status_of(desc) in FINAL_RUN_STATUSES:
         await _ended_decision(handle, run_id, approval_id)
-    # Without API keys everyone is the same local caller, so four eyes cannot apply.
-    four_eyes = settings.four_eyes and bool(settings.api_keys)
-    if four_eyes and (await access.holder_of(desc)).owner == caller.name:
+    if access.four_eyes(settings) and (await access.holder_of(desc)).owner == caller.name:
         raise HTTPException(403, "four-eyes rule: approve steps of runs you did not start")
     decision = ApprovalDecision(
         approval_id=approval_id,
@@ -101,19 +96,13 @@ async def decide_approval(
     if approval_id not in known and approval_id not in state.approvals_archived:
         child = _asking_child(state, run_id, approval_id)
         return await decide_approval(child, approval_id, body, client, settings, caller)
-    # The run refuses a decision for another call; said here at once where it is plain.
+    # The run refuses a decision for another call or by another role; said here at once
+    # where the status read shows it.
     asked = next((a for a in state.pending_approvals if a.approval_id == approval_id), None)
-    if asked is not None and asked.role != "approver" and not {asked.role, "admin"} & caller.roles:
-        raise HTTPException(
-            403,
-            f"approval '{approval_id}' was escalated: only the role {asked.role} decides it now",
-        )
-    if asked is not None and body.digest not in (None, asked.digest):
-        raise HTTPException(
-            409,
-            f"approval '{approval_id}' is for another call now (digest {asked.digest}, not "
-            f"{body.digest}): look at it again and decide that",
-        )
+    refusal = bound_refusal(asked, body.digest, caller.roles) if asked is not None else None
+    if refusal is not None:
+        kind, message = refusal
+        raise HTTPException(REFUSAL_STATUS.get(kind, 409), message)
     grant = None
     if body.grant is not None:
         if body.decision != "approve" or asked is None or asked.tool is None:
@@ -130,21 +119,11 @@ async def decide_approval(
         await _ask(handle, run_id, wire.DECIDE, decision, ended=ended)
         return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' taken")
     # The grant first, so that the run's next call finds it; taken back if the decision is not.
-    add = GrantRequest(
-        request_id=standing.request_id(), action="add", grant=grant, actor=caller.name
-    )
-    await standing.send(client, settings, add)
+    await standing.add(client, settings, grant, caller.name)
     try:
         await _ask(handle, run_id, wire.DECIDE, decision, ended=ended)
     except HTTPException:
-        revoke = GrantRequest(
-            request_id=standing.request_id(),
-            action="revoke",
-            grant_id=grant.grant_id,
-            actor=caller.name,
-            tenant=grant.tenant,
-        )
-        await standing.send(client, settings, revoke)
+        await standing.revoke(client, settings, grant, caller.name)
         raise
     detail = f"approve of '{approval_id}' taken; {grant.tool} granted ({grant.grant_id})"
     return Accepted(run_id=run_id, detail=detail)
@@ -204,20 +183,15 @@ async def _ask(
                 await ended()
             raise HTTPException(409, f"run '{run_id}' has already ended") from None
         raise
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + REQUEST_WAIT_S
-    pause, longest = REQUEST_POLL_S
-    while (left := deadline - loop.time()) > 0:
+    async for left in polling():
         answered, outcome = await query_until(
             handle, wire.OUTCOME, RequestOutcome, request.request_id, wait_s=left
         )
         if answered and outcome is not None:
             if outcome.taken:
                 return
-            code = {"UnknownApproval": 404, "NeedsRole": 403}.get(outcome.kind or "", 409)
+            code = REFUSAL_STATUS.get(outcome.kind or "", 409)
             raise HTTPException(code, outcome.message or "refused")
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, longest)
     raise HTTPException(
         503,
         "the run has the request but no longrun worker took it in time (is a worker "

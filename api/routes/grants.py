@@ -13,7 +13,7 @@ from api import access, standing
 from api.access import Approver, Holder, Reader
 from api.deps import SettingsDep, TemporalClient
 from api.schemas import answers
-from longrun.contracts import Grant, GrantRequest, GrantSpec
+from longrun.contracts import Grant, GrantSpec
 from longrun.contracts.standing import GRANT_ID_PATTERN
 
 router = APIRouter(
@@ -42,7 +42,7 @@ async def grant_for(
     spec: GrantSpec, client: TemporalClient, settings: SettingsDep, caller: Approver
 ) -> Grant:
     """The grant `caller` may give for `spec` (checked by the access layer), or 403/404."""
-    four_eyes = settings.four_eyes and bool(settings.api_keys)
+    four_eyes = access.four_eyes(settings)
     if spec.run_id is not None:
         _, desc = await access.run_for(client, caller, "decide", spec.run_id)
         if four_eyes and (await access.holder_of(desc)).owner == caller.name:
@@ -58,10 +58,7 @@ async def create_grant(
     `equals`, or a string starting with `prefix`) run without asking, in run `run_id` or in
     runs labelled `label`, for `hours` or `uses`. Each use is in the run's audit."""
     grant = await grant_for(spec, client, settings, caller)
-    request = GrantRequest(
-        request_id=standing.request_id(), action="add", grant=grant, actor=caller.name
-    )
-    outcome = await standing.send(client, settings, request)
+    outcome = await standing.add(client, settings, grant, caller.name)
     if not outcome.taken:
         raise HTTPException(409, outcome.message or "refused")
     return Granted(grant_id=grant.grant_id, detail=f"{grant.tool} granted ({grant.grant_id})")
@@ -87,14 +84,7 @@ async def revoke_grant(
     if grant is None:
         raise HTTPException(404, f"no grant '{grant_id}'")
     access.check(caller, "decide", _holder(grant), f"grant '{grant_id}'")
-    request = GrantRequest(
-        request_id=standing.request_id(),
-        action="revoke",
-        grant_id=grant_id,
-        actor=caller.name,
-        tenant=grant.tenant,
-    )
-    outcome = await standing.send(client, settings, request)
+    outcome = await standing.revoke(client, settings, grant, caller.name)
     if not outcome.taken:
         raise HTTPException(409, outcome.message or "refused")
     return Granted(grant_id=grant_id, detail=f"{grant_id} revoked")
