@@ -33,6 +33,12 @@ async def approvals_page() -> FileResponse:
     return FileResponse(STATIC / "approvals.html", media_type="text/html", headers=PAGE_HEADERS)
 
 
+@router.get("/page.js")
+async def page_script() -> FileResponse:
+    """What the pages' scripts share: the key, requests' headers, messages, text cells."""
+    return FileResponse(STATIC / "page.js", media_type="text/javascript", headers=PAGE_HEADERS)
+
+
 @router.get("/approvals.js")
 async def approvals_script() -> FileResponse:
     """The inbox page's script."""

@@ -1,38 +1,8 @@
-// The approvals inbox. The key lives in the form field only: no storage a script of
-// another page of this origin could read.
+// The approvals inbox (with page.js: the key lives in the form field only).
 "use strict";
-const keyInput = document.getElementById("key");
+// headers, say, cell and detail are page.js's.
 const labelInput = document.getElementById("label");
-const message = document.getElementById("message");
 const inbox = document.getElementById("inbox");
-
-function headers() {
-  const key = keyInput.value.trim();
-  const sent = { "content-type": "application/json" };
-  if (key) sent["authorization"] = "Bearer " + key;
-  return sent;
-}
-
-function say(text, kind) {
-  message.textContent = text;
-  message.className = kind || "";
-}
-
-function cell(row, content) {
-  const td = document.createElement("td");
-  if (content instanceof Node) td.appendChild(content); else td.textContent = content;
-  row.appendChild(td);
-  return td;
-}
-
-async function detail(response) {
-  try {
-    const body = await response.json();
-    return typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail);
-  } catch (e) {
-    return response.statusText;
-  }
-}
 
 async function load() {
   const params = new URLSearchParams();

@@ -1,32 +1,11 @@
 // The runs pages: /ui/runs lists runs, /ui/runs/{id} shows one (steps, live events, cost
 // and budget, what waits for a person) and decides there. Everything a run wrote is shown
-// as text (textContent), never as markup. The key lives in the form field only.
+// as text (textContent), never as markup. With page.js: the key lives in the form field.
 "use strict";
-const keyInput = document.getElementById("key");
-const message = document.getElementById("message");
+// headers, say, cell and detail are page.js's.
 const runId = decodeURIComponent(location.pathname.replace(/^\/ui\/runs\/?/, ""));
 let lastEvent = 0;
 let following = false;
-
-function headers() {
-  const key = keyInput.value.trim();
-  const sent = { "content-type": "application/json" };
-  if (key) sent["authorization"] = "Bearer " + key;
-  return sent;
-}
-
-function say(text, kind) {
-  message.textContent = text;
-  message.className = kind || "";
-}
-
-function cell(row, content, className) {
-  const td = document.createElement("td");
-  if (content instanceof Node) td.appendChild(content); else td.textContent = content;
-  if (className) td.className = className;
-  row.appendChild(td);
-  return td;
-}
 
 function text(tag, content, className) {
   const node = document.createElement(tag);
@@ -37,15 +16,6 @@ function text(tag, content, className) {
 
 function shown(value) {
   return typeof value === "string" ? value : JSON.stringify(value, null, 2);
-}
-
-async function detail(response) {
-  try {
-    const body = await response.json();
-    return typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail);
-  } catch (e) {
-    return response.statusText;
-  }
 }
 
 async function get(path) {
