@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
-from activities import recording, routing, structured
+from activities import recording, repair, routing, structured
 from activities.artifacts import store_for
 from activities.endpoint import WINDOW_MARGIN_TOKENS, ContextExceeded, Endpoint, Refused
 from activities.errors import fatal, reported_with_attempt
@@ -53,6 +53,9 @@ PLAN_TOKENS = 200
 # server writes a plan of hundreds of steps in one call.
 PLAN_STEPS_SIZED = 16
 PLAN_WRITE_S = 60.0
+# Answers in a row that no repair made a plan, after which `auto` runs of that model go
+# direct on this worker without asking (a run's planning gives up after as many).
+BAD_PLANS = 3
 # The share of its activity's timeout a model call plans to use: the rest is for reading
 # the prompt slower than expected.
 CALL_SHARE = 0.8
@@ -66,6 +69,7 @@ class ModelActivities:
         self.endpoint = Endpoint(settings)
         self._store = store_for(settings)
         self._journal = Journal.of(settings)
+        self._bad_plans: dict[str, int] = {}  # model -> answers in a row that were no plan
 
     async def recorded(self, run_id: str, work: Awaitable[Recordable]) -> Recordable:
         """Do a model activity's `work`; with LONGRUN_RECORD_MODEL_CALLS its calls are kept
@@ -142,6 +146,10 @@ class ModelActivities:
 
     async def _plan(self, req: PlanRequest) -> PlanAttempt:
         with reported_with_attempt() as attempt:
+            bad = self._bad_plans.get(req.model, 0)
+            if req.strategy == "auto" and bad >= BAD_PLANS:
+                why = f"model '{req.model}' gave no valid plan in its last {bad} answers here"
+                return PlanAttempt(direct=True, error=why, usage=ModelUsage(model=req.model))
             wanted = self._settings.max_output_tokens.plan
             sized = self._plan_steps_sized(req.model)
             if req.max_steps is not None:
@@ -159,7 +167,8 @@ class ModelActivities:
             )
             usage = answer.usage
             try:
-                plan = AgentPlan.model_validate(structured.parse_json(text))
+                value, repairs = repair.repaired(structured.parse_json(text))
+                plan = AgentPlan.model_validate(value)
             except ValueError as exc:  # pydantic's ValidationError is a ValueError
                 if answer.finish_reason == "length":  # ask again for less, not again whole
                     capped = req.max_steps is not None and req.max_steps > sized
@@ -170,8 +179,10 @@ class ModelActivities:
                     else:
                         error = _cut_short(text, usage.output_tokens, req)
                     return PlanAttempt(error=error, usage=usage, attempt=attempt)
+                self._bad_plans[req.model] = self._bad_plans.get(req.model, 0) + 1
                 return PlanAttempt(error=_explain(exc, text), usage=usage, attempt=attempt)
-            return PlanAttempt(plan=plan, usage=usage, attempt=attempt)
+            self._bad_plans[req.model] = 0
+            return PlanAttempt(plan=plan, repairs=repairs, usage=usage, attempt=attempt)
 
     def _plan_steps_sized(self, model: str) -> int:
         """How many steps a plan's `max_tokens` makes room for on this model."""
@@ -276,7 +287,7 @@ class ModelActivities:
             fits = max(1000, window - answer_tokens - WINDOW_MARGIN_TOKENS)
             brief = brief.model_copy(update={"token_budget": min(brief.token_budget, fits)})
         found = self._journal.search(req.run_id, brief.recall, RECALL_NOTES)
-        notes = [f"[{n.kind}, {n.step}] {n.text}" for n in found]
+        notes = [f"[{n.kind}] {n.text}" for n in found]  # no step ids: models call them
         return context.assemble(brief, notes, turns, req.tools)
 
     @activity.defn(name="context.compact")

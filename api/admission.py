@@ -142,6 +142,7 @@ async def run_input(
         actor_model=roles.actor or model,
         judge_model=roles.judge or model,
         max_steps=body.max_steps or settings.max_steps,
+        strategy=body.strategy or settings.agent_strategy,
         **({"watchdog": body.watchdog} if body.watchdog is not None else {}),
     )
     return RunInput(**common, agent=agent, budget=budget)

@@ -388,12 +388,12 @@ def agent_run(tag: str, url: str) -> tuple[Run, list[dict[str, Any]]]:
             "tool_calls": [{"name": "write_file", "arguments": write}],
         },
         {
-            "match": [mark, "Your step now: post", '"status": 200'],
+            "match": [mark, "Your step now: POST the record", '"status": 200'],
             "role": "act",
             "reply": "Posted it.",
         },
         {
-            "match": [mark, "Your step now: post"],
+            "match": [mark, "Your step now: POST the record"],
             "role": "act",
             "tool_calls": [{"name": "http_request", "arguments": post}],
         },

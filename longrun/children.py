@@ -86,6 +86,7 @@ def child_input(
             "judge_model": a.judge_model,
             "max_steps": a.max_steps,
             "watchdog": a.watchdog,
+            "strategy": a.strategy,
         }
     agent = AgentSpec(
         acceptance=acceptance_of(child_request(spec)),

@@ -6,6 +6,7 @@ running API (longrun.commands)."""
 from __future__ import annotations
 
 import asyncio
+import enum
 import re
 import sys
 from pathlib import Path
@@ -19,6 +20,13 @@ from longrun.settings import BUILD_ID_PATTERN, get_settings
 
 if TYPE_CHECKING:
     from longrun.versions import VersionState
+
+
+class Baseline(enum.Enum):
+    """What `longrun eval --baseline` runs beside longrun."""
+
+    PLAIN = "plain"
+
 
 app = typer.Typer(
     name="longrun",
@@ -341,6 +349,13 @@ def eval_suite(
         float | None,
         typer.Option(min=10, help="a time budget for every run: it fails once used up"),
     ] = None,
+    baseline: Annotated[
+        Baseline | None,
+        typer.Option(
+            help="also run each attempt with this baseline, scored alike: plain, "
+            "a plain tool loop without durability, plan or verification"
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option(help="where the JSON and the plot go")] = Path(
         "eval-results"
     ),
@@ -374,6 +389,7 @@ def eval_suite(
         model=model,
         seed=seed,
         max_duration_s=max_duration,
+        baseline=baseline.value if baseline else None,
     )
     try:
         outcome = run_suite(tasks, options, typer.echo)
@@ -382,9 +398,15 @@ def eval_suite(
         raise typer.Exit(143) from None
     found = scores(outcome)
     name = f"{model or 'standin'}-k{k}{'-chaos' if chaos else ''}"
-    report.write_json(outcome, found, out / f"{name}.json")
+    rows = [(name, found)]
+    against = None
+    if baseline is not None:
+        against = scores(outcome, baseline=True)
+        rows = [(f"longrun, {name}", found), (f"{baseline.value} loop, {name}", against)]
+        name += f"-vs-{baseline.value}"
+    report.write_json(outcome, found, out / f"{name}.json", against)
     plotted = report.plot(outcome, found, out / f"{name}.png")
-    typer.echo(report.table([(name, found)]))
+    typer.echo(report.table(rows))
     typer.echo(f"wrote {out / name}.json" + (" and .png" if plotted else ""))
 
 

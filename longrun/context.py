@@ -52,17 +52,20 @@ def _size(messages: list[dict[str, Any]]) -> int:
 def _user_message(
     brief: Brief, plan: list[str], summary: str, progress: list[str], notes: list[str]
 ) -> str:
-    parts = [
-        f"Goal: {brief.goal}",
-        f"Acceptance criteria:\n{prompts.bullet(brief.criteria)}",
-        f"Plan:\n{prompts.bullet(plan)}",
-    ]
+    # What is empty, or the goal again, is left out: a small model reads every line.
+    parts = [f"Goal: {brief.goal}"]
+    if brief.criteria:
+        parts.append(f"Acceptance criteria:\n{prompts.bullet(brief.criteria)}")
+    if len(plan) > 1:
+        parts.append(f"Plan:\n{prompts.bullet(plan)}")
     if summary:
         parts.append(f"Progress summary:\n{summary}")
-    parts.append(f"Recently finished steps:\n{prompts.bullet(progress)}")
+    if progress:
+        parts.append(f"Recently finished steps:\n{prompts.bullet(progress)}")
     if notes:
         parts.append(f"Notes from the journal that may matter here:\n{prompts.bullet(notes)}")
-    parts.append(f"Your step now: {brief.step}")
+    if brief.step:
+        parts.append(f"Your step now: {brief.step}")
     if brief.guidance:
         parts.append("Guidance from people:\n" + prompts.bullet(brief.guidance))
     if brief.feedback:

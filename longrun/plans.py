@@ -458,7 +458,7 @@ def resolve(value: Any, output_of: Callable[[str], Any]) -> Any:
     return value
 
 
-AGENT_ONLY_FIELDS = ("acceptance", "tools", "models", "max_steps", "watchdog")
+AGENT_ONLY_FIELDS = ("acceptance", "tools", "models", "max_steps", "watchdog", "strategy")
 
 
 def check_limits(limits: Limits, ceilings: Limits, loc: Loc) -> list[PlanError]:

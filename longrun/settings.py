@@ -50,6 +50,7 @@ class OutputTokens(BaseModel):
     complete: int = Field(2048, ge=16, description="plan model steps without their own")
 
 
+Strategy = Literal["auto", "plan", "direct"]
 StructuredOutput = Literal["auto", "json_schema", "json_object", "tool", "prompt"]
 
 
@@ -119,6 +120,10 @@ class Settings(BaseSettings):
     # structured action that longrun turns into the call); `native` never routes,
     # `routed` always does (activities/routing.py).
     tool_choice: Literal["auto", "native", "routed"] = Field("auto", alias="LONGRUN_TOOL_CHOICE")
+    # How a goal-only run starts: `plan` asks the planner for steps (a run fails if it
+    # gives no valid plan), `direct` works on the goal as one step, `auto` plans and goes
+    # direct when no valid plan comes, or at once for a model the worker saw plan badly.
+    agent_strategy: Strategy = Field("auto", alias="LONGRUN_AGENT_STRATEGY")
     model_stream: bool = Field(True, alias="LONGRUN_MODEL_STREAM")
     # Keep every model call a run makes (request and answer) as an artifact of the run,
     # for `longrun cassette RUN_ID` (longrun/cassettes.py).

@@ -55,6 +55,7 @@ STARTED_WITH = (
     QUICK_TOOLS_LOCAL_CHANGE,
     "standing-grants",
     "watchdog-coaches",
+    "done-when-done",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

@@ -127,7 +127,9 @@ def test_the_brief_shows_the_plan_around_the_step_and_counts_the_rest() -> None:
     assert len(window) == 2 + 2 * briefs.PLAN_WINDOW + 1
     brief = briefs.brief("g", _spec().acceptance, state.plan, "sum", [], state.plan[15], None, 9000)
     assert brief.criteria[1] == "tone: it reads well"
-    assert brief.step.startswith("s15: ") and brief.token_budget == 9000
+    # Intents, never ids: a model takes an id such as `compute_sum` for a tool to call.
+    assert brief.step.startswith("i") and "s15" not in brief.step and brief.token_budget == 9000
+    assert not any("s15" in line or "s14" in line for line in brief.plan)
 
 
 def test_resent_turns_cut_long_arguments() -> None:

@@ -158,3 +158,23 @@ async def test_longrun_eval_scores_tasks_run_through_its_own_stack(tmp_path: Pat
     assert result["fixture"]["requests"] == {"POST /effects/order": 4}
     statuses = {(a["task"], a["status"]) for a in result["attempts"]}
     assert ("plan-budget", "cancelled") in statuses  # held at its budget, stopped there
+
+
+async def test_a_plain_loop_runs_beside_longrun_and_is_scored_alike(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "longrun.cli", "eval", str(SUITE), "--k", "1"]
+    argv += ["--task", "goal-hello", "--task", "goal-order-rejected", "--baseline", "plain"]
+    argv += ["--out", str(tmp_path)]
+    done = await asyncio.to_thread(
+        subprocess.run, argv, cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| longrun, standin-k1 |" in done.stdout and "| plain loop, standin-k1 |" in done.stdout
+    result = json.loads((tmp_path / "standin-k1-vs-plain.json").read_text())
+    for found in (result["scores"], result["baseline_scores"]):
+        assert (found["tasks"], found["attempts"], found["pass^1"]) == (2, 2, 1.0), found
+        assert found["model_calls"] >= 2
+    loop = {a["task"]: a for a in result["baseline"]}
+    assert loop["goal-hello"]["run_id"].startswith("plain-") and loop["goal-hello"]["passed"]
+    # The loop was asked about the order as longrun was, and the scorer said no to both.
+    assert loop["goal-order-rejected"]["status"] == "completed"
+    assert "POST /effects/order" not in result["fixture"]["requests"]

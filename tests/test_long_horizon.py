@@ -54,7 +54,7 @@ async def test_a_fact_noted_at_step_5_is_in_the_prompt_at_step_800(
         [
             {"match": marker, "role": "plan", "json": {"steps": steps}},
             {
-                "match": [marker, "Your step now: s005"],
+                "match": [marker, "Your step now: Find the vault code"],
                 "role": "act",
                 "times": 1,
                 "tool_calls": [{"name": "note", "arguments": {"text": "The vault code is 4711"}}],
@@ -73,8 +73,12 @@ async def test_a_fact_noted_at_step_5_is_in_the_prompt_at_step_800(
     assert [p["status"] for p in run["plan"]] == ["completed"] * 810
 
     acts = standin.calls(marker, role="act")
-    at_800 = [user_message(c) for c in acts if "Your step now: s800" in user_message(c)]
-    at_700 = [user_message(c) for c in acts if "Your step now: s700" in user_message(c)]
+    at_800 = [user_message(c) for c in acts if "Your step now: Open the vault" in user_message(c)]
+    at_700 = [
+        user_message(c)
+        for c in acts
+        if "Your step now: Routine chore number 700\n" in user_message(c)
+    ]
     assert at_800 and at_700
     assert "The vault code is 4711" in at_800[0]  # recalled from the journal...
     assert "4711" not in at_700[0]  # ...where it matters, not carried everywhere
@@ -103,7 +107,7 @@ async def test_an_agent_run_continues_as_new_and_its_approvals_work_after(
         [
             {"match": marker, "role": "plan", "json": {"steps": steps}},
             {
-                "match": [marker, "Your step now: a5"],
+                "match": [marker, "Your step now: part 5"],
                 "role": "act",
                 "times": 1,
                 "tool_calls": [{"name": "shell", "arguments": {"argv": ["echo", "deployed"]}}],

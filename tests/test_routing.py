@@ -17,6 +17,10 @@ from tests.helpers import Poll, StandIn
 from tests.test_agent import act, plan, start
 from tests.test_watchdog import OUTPUT_ACCEPTANCE
 
+# With a judge's criterion besides, a run goes on after the write until the model finishes
+# (with tool checks only, it is done once they pass): the turns after a call can be seen.
+JUDGED_ACCEPTANCE = [*OUTPUT_ACCEPTANCE, {"id": "said", "check": {"judge": "out.txt says ok"}}]
+
 TOOLS = [
     {"type": "function", "function": {"name": "write_file", "parameters": {"type": "object"}}},
     {"type": "function", "function": {"name": "finish", "parameters": {"type": "object"}}},
@@ -39,7 +43,7 @@ async def test_a_model_that_writes_tool_calls_as_text_has_them_read(
     run_id = await start(
         api,
         goal=f"{marker}: write ok into out.txt",
-        acceptance=OUTPUT_ACCEPTANCE,
+        acceptance=JUDGED_ACCEPTANCE,
         tools=["write_file"],
     )
     run = await wait_run(run_id)
@@ -70,7 +74,7 @@ async def test_a_call_that_cannot_be_read_gets_the_turn_asked_again_routed(
     run_id = await start(
         api,
         goal=f"{marker}: write ok into out.txt",
-        acceptance=OUTPUT_ACCEPTANCE,
+        acceptance=JUDGED_ACCEPTANCE,
         tools=["write_file"],
     )
     run = await wait_run(run_id)

@@ -59,6 +59,8 @@ class AgentSpec(BaseModel):
     max_turns_per_step: int = 12
     # Runs started before the watchdog have none (workflows/agent/watchdog.py).
     watchdog: Watchdog = Field(default_factory=Watchdog)
+    # LONGRUN_AGENT_STRATEGY when the run started; runs started before it planned.
+    strategy: Literal["auto", "plan", "direct"] = "plan"
 
 
 class AgentPlanStep(_Strict):
@@ -130,6 +132,8 @@ class AgentCarry(BaseModel):
     premature_completions: int = 0
     turns: int = 0
     tool_calls: int = 0
+    effects: int = 0  # tool calls that changed something (not read-only), completed
+    rejected: int = 0  # tool calls a person rejected
     progress: list[str] = Field(default_factory=list)
     summary: str = ""
     turns_at_progress: int = 0  # `turns` when a plan step was last verified

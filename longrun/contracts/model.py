@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -67,6 +67,7 @@ class PlanRequest(BaseModel):
     context: str | None = None
     previous_error: str | None = None
     max_steps: int | None = None  # the most steps the plan may have (the turns left)
+    strategy: Literal["auto", "plan", "direct"] = "plan"  # the run's (AgentSpec.strategy)
     time_left_s: float | None = None  # of the run's time budget, when it has one
 
 
@@ -74,6 +75,9 @@ class PlanAttempt(BaseModel):
     """Output of `model.plan`: a valid plan, or why the answer was not one."""
 
     plan: AgentPlan | None = None
+    repairs: list[str] = Field(default_factory=list)  # what was made right in the answer
+    # `auto` only: the model plans badly on this worker; the run goes direct, unasked.
+    direct: bool = False
     error: str | None = None
     usage: ModelUsage
     attempt: int = 1

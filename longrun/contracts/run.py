@@ -56,6 +56,12 @@ class RunRequest(_Strict):
     watchdog: Watchdog | None = Field(
         None, description="when the agent counts as stalled (goal-only runs); defaults fit most"
     )
+    strategy: Literal["auto", "plan", "direct"] | None = Field(
+        None,
+        description="how a goal-only run starts: plan steps first (`plan`), work on the goal "
+        "as one step (`direct`), or plan and go direct when no valid plan comes (`auto`); "
+        "default LONGRUN_AGENT_STRATEGY",
+    )
     budget: Budget | None = None
     on_failure: Literal["stop", "compensate"] = "stop"
     labels: dict[LabelKey, LabelValue] = Field(

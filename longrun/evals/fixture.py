@@ -55,6 +55,15 @@ class Report(BaseModel):
         description="effects applied again for the same run under another key"
     )
 
+    def twice_among(self, runs: set[str]) -> int:
+        """Of `applied_twice`, those of these runs."""
+        seen = Counter(
+            (e.run_id, e.name, json.dumps(e.body, sort_keys=True))
+            for e in self.effects
+            if e.run_id in runs
+        )
+        return sum(n - 1 for n in seen.values())
+
 
 class Fixture:
     """The fixture's state, shared by its handlers (which run on the server's thread) and

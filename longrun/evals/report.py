@@ -10,13 +10,16 @@ from typing import Any
 
 from longrun.evals.runner import Outcome
 
-SHOWN = ("pass^1", "pass^k", "cost_per_success_usd", "time_p50_s", "time_p95_s")
+SHOWN = ("pass^1", "pass^k", "cost_per_success_usd", "time_p50_s", "time_p95_s", "model_calls")
 
 
-def write_json(outcome: Outcome, found: dict[str, Any], path: Path) -> None:
-    """The scores, the options and every attempt and fault."""
+def write_json(
+    outcome: Outcome, found: dict[str, Any], path: Path, baseline: dict[str, Any] | None = None
+) -> None:
+    """The scores (and the baseline's), the options and every attempt and fault."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"scores": found, **asdict(outcome)}, indent=1) + "\n")
+    scored = {"scores": found} | ({"baseline_scores": baseline} if baseline else {})
+    path.write_text(json.dumps({**scored, **asdict(outcome)}, indent=1) + "\n")
 
 
 def plot(outcome: Outcome, found: dict[str, Any], path: Path) -> bool:

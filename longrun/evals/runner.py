@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from openai import AsyncOpenAI
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -30,8 +31,10 @@ from longrun.dev.processes import Stack
 from longrun.dev.stack import ServerThread, free_port
 from longrun.dev.standin import STANDIN_MODEL
 from longrun.evals.fixture import Fixture, fixture_app
+from longrun.evals.plain import Loop
 from longrun.evals.proxy import CuttableProxy
 from longrun.evals.tasks import Task, failures
+from longrun.settings import Settings
 
 ENDED = ("completed", "failed", "cancelled")
 POLL_S = 1.0  # how often each attempt in flight is read
@@ -57,6 +60,7 @@ class Options:
     workers: int = 2
     seed: int = 0
     max_duration_s: float | None = None  # a time budget for every run (fail when used up)
+    baseline: str | None = None  # "plain": the plain tool loop (longrun.evals.plain) beside
 
 
 @dataclass
@@ -95,6 +99,7 @@ class Outcome:
     faults: list[Fault] = field(default_factory=list)
     fixture: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
+    baseline: list[Attempt] = field(default_factory=list)  # the baseline's, if one ran
 
 
 class Eval:
@@ -110,6 +115,7 @@ class Eval:
         self.fixture = Fixture()
         self.outcome = Outcome(options=asdict(options))
         self.open: dict[str, Attempt] = {}  # run id -> attempt in flight
+        self.loops: dict[str, asyncio.Task[dict[str, Any]]] = {}  # the plain loops in flight
         self._tmp = tmp
         self._start = time.monotonic()
         self._done = asyncio.Event()
@@ -134,7 +140,14 @@ class Eval:
                     self.stack.stop()
                 if self.proxy is not None:
                     await self.proxy.close()
-        self.outcome.fixture = self.fixture.report().model_dump(exclude={"effects"})
+        seen = self.fixture.report()
+        self.outcome.fixture = seen.model_dump(exclude={"effects"})
+        # Each system's own: the baseline's runs go to the same fixture.
+        for key, attempts in (
+            ("applied_twice", self.outcome.attempts),
+            ("baseline_applied_twice", self.outcome.baseline),
+        ):
+            self.outcome.fixture[key] = seen.twice_among({a.run_id for a in attempts})
         self.outcome.wall_s = round(time.monotonic() - self._start, 1)
         return self.outcome
 
@@ -163,20 +176,80 @@ class Eval:
         return self.stack
 
     async def _attempts(self) -> None:
+        """Every attempt, a few at a time; with a baseline, its attempt of each task and
+        number right after longrun's, sharing the model server alike."""
         limit = asyncio.Semaphore(self.options.concurrency)
-        order = [(t, n) for n in range(1, self.options.k + 1) for t in self.tasks]
+        systems = ["longrun"] + ([self.options.baseline] if self.options.baseline else [])
+        order = [
+            (t, n, s) for n in range(1, self.options.k + 1) for t in self.tasks for s in systems
+        ]
 
-        async def one(task: Task, number: int) -> None:
+        async def one(task: Task, number: int, system: str) -> None:
             async with limit:
                 attempt = Attempt(task.name, task.kind, task.level, number)
-                self.outcome.attempts.append(attempt)
-                await self._attempt(task, attempt)
+                if system == "longrun":
+                    self.outcome.attempts.append(attempt)
+                    await self._attempt(task, attempt)
+                else:
+                    self.outcome.baseline.append(attempt)
+                    await self._plain_attempt(task, attempt)
                 said = "passed" if attempt.passed else "; ".join(attempt.failures)[:200]
                 self._said(
-                    f"{task.name} #{number} ({attempt.status}, {attempt.duration_s} s): {said}"
+                    f"{system}: {task.name} #{number} ({attempt.status}, {attempt.duration_s} s)"
+                    f": {said}"
                 )
 
-        await asyncio.gather(*(one(t, n) for t, n in order))
+        await asyncio.gather(*(one(t, n, s) for t, n, s in order))
+
+    async def _plain_attempt(self, task: Task, attempt: Attempt) -> None:
+        """One attempt of the plain loop, in this process, scored by the same checker."""
+        assert self.proxy is not None and self.stack is not None
+        marker = f"eval-{uuid.uuid4().hex[:10]}"
+        if self.options.model_url is None and task.standin:
+            script = task.script(marker, self.fixture_url)
+            await self._retrying("POST", f"{self.stack.standin_url}/_standin/rules", json=script)
+        body = task.body(marker, self.fixture_url, self.options.max_duration_s)
+        attempt.run_id = f"plain-{marker}"
+        workspace = self._tmp / "plain" / attempt.run_id / "workspace"
+        workspace.mkdir(parents=True)
+        loop = Loop(
+            run_id=attempt.run_id,
+            goal=body["goal"],
+            tools=body.get("tools", []),
+            budget=body.get("budget", {}),
+            decide=task.decide,
+            model=self.options.model or STANDIN_MODEL,
+            workspace=workspace,
+            settings=Settings(
+                LONGRUN_DATA_DIR=self._tmp / "plain",
+                LONGRUN_HTTP_ALLOW_HOSTS=urlsplit(self.fixture_url).netloc,
+            ),
+        )
+        target = urlsplit(self.options.model_url or "http://127.0.0.1/v1")
+        started = time.monotonic()
+        async with AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{self.proxy.port}{target.path}",
+            api_key="unused",
+            max_retries=0,
+        ) as client:
+            running = asyncio.create_task(loop.run(client))
+            self.loops[attempt.run_id] = running
+            try:
+                run = await running
+            except asyncio.CancelledError:
+                if not running.cancelled():  # this eval is being stopped
+                    raise
+                # Killed with its process (chaos): what it did stays done, the rest is lost.
+                loop.status, loop.error = "failed", "its process was killed"
+                run = loop.record(time.monotonic() - started)
+            finally:
+                self.loops.pop(attempt.run_id, None)
+        attempt.duration_s = round(time.monotonic() - started, 1)
+        attempt.status = run["status"]
+        attempt.model_calls = run["usage"]["model_calls"]
+        found = await asyncio.to_thread(failures, task, run, self.fixture.report(), workspace)
+        attempt.failures = found
+        attempt.passed = not found
 
     async def _attempt(self, task: Task, attempt: Attempt) -> None:
         assert self.stack is not None
@@ -313,6 +386,8 @@ class Eval:
         live = self.stack.live_workers()
         if live:
             self.rng.choice(live).stop_with(signal.SIGKILL)
+        if self.loops:  # a plain loop's process killed alike
+            self.loops[self.rng.choice(sorted(self.loops))].cancel()
         await asyncio.sleep(self.rng.uniform(0.5, 3.0))
         await self.stack.start_worker()
 
@@ -377,14 +452,16 @@ def run_suite(tasks: list[Task], options: Options, say: Callable[[str], None]) -
         return asyncio.run(stoppable())
 
 
-def scores(outcome: Outcome) -> dict[str, Any]:
-    """pass^1, pass^k, cost per success, time p50/p95, recovery and side effects twice."""
+def scores(outcome: Outcome, baseline: bool = False) -> dict[str, Any]:
+    """pass^1, pass^k, cost per success, time p50/p95, model calls, recovery and side
+    effects twice: of longrun's attempts, or with `baseline` of the baseline's."""
+    attempts = outcome.baseline if baseline else outcome.attempts
     by_task: dict[str, list[Attempt]] = {}
-    for attempt in outcome.attempts:
+    for attempt in attempts:
         by_task.setdefault(attempt.task, []).append(attempt)
     rates = [sum(a.passed for a in tries) / len(tries) for tries in by_task.values()]
-    passes = sum(a.passed for a in outcome.attempts)
-    times = sorted(a.duration_s for a in outcome.attempts if a.run_id)
+    passes = sum(a.passed for a in attempts)
+    times = sorted(a.duration_s for a in attempts if a.run_id)
     recoveries = [f.recovery_s for f in outcome.faults if f.recovery_s is not None]
     return {
         "tasks": len(by_task),
@@ -392,16 +469,19 @@ def scores(outcome: Outcome) -> dict[str, Any]:
         "passed": passes,
         "pass^1": round(statistics.fmean(rates), 3) if rates else None,
         "pass^k": round(sum(r == 1 for r in rates) / len(rates), 3) if rates else None,
-        "cost_per_success_usd": round(sum(a.cost_usd for a in outcome.attempts) / passes, 6)
+        "cost_per_success_usd": round(sum(a.cost_usd for a in attempts) / passes, 6)
         if passes
         else None,
         "time_p50_s": _quantile(times, 0.5),
         "time_p95_s": _quantile(times, 0.95),
+        "model_calls": sum(a.model_calls for a in attempts),
         "faults": len(outcome.faults),
         "recovery_p50_s": _quantile(sorted(recoveries), 0.5),
         "recovery_max_s": max(recoveries) if recoveries else None,
         "runs_not_recovered": sum(f.recovery_s is None for f in outcome.faults),
-        "applied_twice": outcome.fixture.get("applied_twice", 0),
+        "applied_twice": outcome.fixture.get(
+            "baseline_applied_twice" if baseline else "applied_twice", 0
+        ),
         "per_task": {name: f"{sum(a.passed for a in t)}/{len(t)}" for name, t in by_task.items()},
     }
 

@@ -73,6 +73,7 @@ class Actor:
         # The progress watchdog, for runs that have it (set by the loop).
         self.watch: ProgressWatch | None = None
         self._gate = StallGate(parts, spec.watchdog)
+        self._changed = False  # a tool call changed something since the last check
 
     async def act(self, item: PlanItem, feedback: str | None) -> bool:
         """Work on one step until the model says it is done; True if `finish` was proven."""
@@ -141,6 +142,9 @@ class Actor:
                     reply = f"Not finished: these acceptance criteria fail:\n{failures}"
                 else:
                     reply = await self._call_tool(item, call)
+                    if self._changed and await self._met_early():
+                        item.summary = f"every acceptance criterion passes after {call.name}"
+                        return True
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": reply})
                 if await self.held(item) is not None:  # the rest of the answer is dropped
                     brief, messages = self._brief(item, feedback), []
@@ -148,6 +152,17 @@ class Actor:
             context.bounded_turns(messages, TURNS_MAX_BYTES)
         item.summary = f"stopped after {self._spec.max_turns_per_step} turns without a summary"
         return False
+
+    async def _met_early(self) -> bool:
+        """Whether every acceptance criterion passes already, after a tool call changed
+        something (for runs whose criteria cost no model call to check)."""
+        self._changed = False
+        checker = self._checker
+        if not (checker.done_when_done and checker.checks_cheaply):
+            return False
+        failures = await checker.acceptance()
+        self._state.enter("acting")
+        return not failures
 
     async def held(self, item: PlanItem | None) -> str | None:
         """If the watchdog saw the run stall, hold it for a person: the guidance they gave
@@ -245,6 +260,7 @@ class Actor:
                 ask, config.approval_timeout_s, config.on_timeout, config.escalate_to
             )
             if record.decision == "reject":
+                self._state.rejected += 1
                 p.steps.settle(state, "skipped", error=f"rejected by {record.decided_by}")
                 comment = f": {record.comment}" if record.comment else ""
                 return self._ran(
@@ -265,6 +281,9 @@ class Actor:
         if not result.replayed:
             p.undo.remember(step_id, name, args, result.output)
         p.steps.settle(state, "completed", output=result.output)
+        if spec.side_effect_for(args) != "read_only":
+            self._state.effects += 1
+            self._changed = True
         text = json.dumps(result.output)
         self._state.observe(f"{name} {preview(args)} -> {text[:OBSERVATION_CHARS]}")
         # Big fields are artifact references here; model.act reads them back in, within

@@ -63,7 +63,8 @@ def plan_window(plan: list[PlanItem], item: PlanItem) -> list[str]:
     size however long the plan."""
     at = plan.index(item) if item in plan else 0
     start, end = max(0, at - PLAN_WINDOW), at + PLAN_WINDOW + 1
-    lines = [f"[{p.status}] {p.id}: {p.intent}" for p in plan[start:end]]
+    # Intents only: a model reads a step id such as `compute_sum` as a tool to call.
+    lines = [f"[{p.status}] {p.intent}" for p in plan[start:end]]
     if start:
         done = sum(1 for p in plan[:start] if p.status == "completed")
         lines.insert(0, f"... {start} earlier steps ({done} completed)")
@@ -86,13 +87,24 @@ def brief_text(
         "Acceptance criteria:\n" + prompts.bullet([describe_criterion(c) for c in criteria]),
         f"Plan:\n{prompts.bullet(plan_window(plan, item))}",
         f"Notes from finished steps:\n{prompts.bullet(notes[-NOTES_KEPT:])}",
-        f"Your step now: {item.id}: {item.intent}\nExpected evidence: {item.expected_evidence}",
+        f"Your step now: {step_text(item)}",
     ]
     if item.guidance:  # kept for every later attempt at this step
         parts.append("Guidance from people:\n" + prompts.bullet(item.guidance))
     if feedback:
         parts.append(feedback)
     return "\n\n".join(parts)
+
+
+def step_text(item: PlanItem) -> str:
+    """The step as the actor is told it: what to do and what shows it done, no id."""
+    return f"{item.intent}\nExpected evidence: {item.expected_evidence}"
+
+
+def _is_the_goal(item: PlanItem, goal: str, plan: list[PlanItem]) -> bool:
+    """Whether the step is the whole goal (a run without a plan): the brief then says it
+    once, as the goal."""
+    return len(plan) == 1 and item.intent == goal
 
 
 def brief(
@@ -112,7 +124,7 @@ def brief(
         plan=plan_window(plan, item),
         summary=summary,
         progress=notes,
-        step=f"{item.id}: {item.intent}\nExpected evidence: {item.expected_evidence}",
+        step="" if _is_the_goal(item, goal, plan) else step_text(item),
         guidance=item.guidance,
         feedback=feedback,
         recall=f"{item.intent} {item.expected_evidence}",

@@ -1,8 +1,13 @@
 """The agent's checks: each step's verification, and the acceptance criteria that must all
-pass before a run may call itself complete."""
+pass before a run may call itself complete. Runs started with `done-when-done` also check
+their criteria as soon as a tool call changed something (when every criterion is a tool's,
+so checking costs no model call), and do not complete without a change when the goal asks
+for one (it says to write, post, send...), no criterion of a tool's proves it, and a tool
+of the run could make it."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from temporalio import workflow
@@ -15,9 +20,22 @@ from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: a method reference, pure prompt text and pydantic models.
+    from activities.tools.toolbox import McpToolSpec
     from activities.verify import VerifyActivities
     from longrun import prompts
     from longrun.contracts import AgentSpec, CheckRequest, Note, PlanItem, ToolCheck, Verdict
+
+DONE_WHEN_DONE = "done-when-done"
+# A goal that says one of these asks for a change (a file written, a request that acts).
+ASKS_FOR_CHANGE = re.compile(
+    r"\b(write|save|create|post|put|patch|delete|remove|send|place|update|append|rename|"
+    r"move|deploy|install|upload|commit)\b",
+    re.IGNORECASE,
+)
+NO_EFFECT = (
+    "effect: no tool call of this run has changed anything yet (a write, a request that "
+    "acts), and nothing else shows the goal met: do what it asks with the tools"
+)
 
 
 class Checker:
@@ -27,6 +45,18 @@ class Checker:
         self._parts = parts
         self._spec = spec
         self._state = state
+        self.done_when_done = False  # the loop sets it for runs started with the change
+        tool_checks = [isinstance(c.check, ToolCheck) for c in spec.acceptance]
+        # Every criterion a tool's: checked after each change, for no model call.
+        self.checks_cheaply = bool(tool_checks) and all(tool_checks)
+        # A goal asking for a change, no criterion of a tool's, a tool that can make it: a
+        # run that changed nothing has nothing to show for it.
+        tools = [parts.tools[name] for name in spec.tools if name in parts.tools]
+        self._needs_effect = (
+            not any(tool_checks)
+            and any(map(_can_change, tools))
+            and ASKS_FOR_CHANGE.search(parts.inp.goal) is not None
+        )
 
     async def verify_step(self, item: PlanItem) -> Verdict:
         """Whether the step the model claims done shows its expected evidence."""
@@ -75,6 +105,9 @@ class Checker:
             if not verdict.passed:
                 failures.append(f"{criterion.id}: {verdict.evidence}")
         passed = len(state.acceptance) - len(failures)
+        # A person's "no" to the change the goal needed is an answer: the claim is judged.
+        if self.done_when_done and self._needs_effect and not (state.effects or state.rejected):
+            failures.append(NO_EFFECT)
         state.last_check = f"acceptance {passed}/{len(state.acceptance)} passed"
         return "\n".join(failures)
 
@@ -110,3 +143,10 @@ class Checker:
         )
         self._parts.ledger.count(verdict.usage)
         return verdict
+
+
+def _can_change(tool: Any) -> bool:
+    """Whether calls of `tool` may change something (its side-effect class is not always
+    read-only; it may depend on the arguments, as an HTTP request's method)."""
+    fixed = tool.tool.side_effect if isinstance(tool, McpToolSpec) else tool.side_effect
+    return bool(fixed != "read_only")

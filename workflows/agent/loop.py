@@ -17,7 +17,7 @@ from temporalio import workflow
 
 from workflows.agent import briefs
 from workflows.agent.acting import MEMORY_PATCH, Actor
-from workflows.agent.checks import Checker
+from workflows.agent.checks import DONE_WHEN_DONE, Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
 from workflows.agent.watchdog import COACHING_CHANGE, ProgressWatch, watching
@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
 CONTEXT_PATCH = "agent-context"
 # Runs started before a failed replan asked a person fail the way they did.
 REPLAN_HELP_PATCH = "replan-needs-help"
+DIRECT_STEP = "goal"  # the one step of a run that works on its goal without a plan
 
 
 class AgentLoop:
@@ -65,6 +66,7 @@ class AgentLoop:
         """Plan, then work through the plan until the goal is verifiably met."""
         s = self.state
         s.context = patched(CONTEXT_PATCH)
+        self._checker.done_when_done = changed(DONE_WHEN_DONE)
         if watching(s):
             ledger = self._parts.ledger
             self._watch = self._actor.watch = ProgressWatch(
@@ -114,7 +116,7 @@ class AgentLoop:
             )
             if verdict.passed:
                 item.status = "completed"
-                s.notes.append(f"{item.id}: {item.summary}")
+                s.notes.append(f"{item.intent[:200]}: {item.summary}")
                 self._verified_here += 1
                 if self._watch is not None:
                     self._watch.progressed()
@@ -208,6 +210,9 @@ class AgentLoop:
     async def _make_plan(self, context: str | None) -> list[PlanItem]:
         self.state.enter("planning" if context is None else "replanning")
         inp = self._parts.inp
+        strategy = self._spec.strategy
+        if context is None and strategy == "direct":
+            return self._direct("the run's strategy is direct")
         error: str | None = None
         for _ in range(self._spec.max_plan_attempts):
             attempt: PlanAttempt = await self._parts.calls.checked(
@@ -222,10 +227,13 @@ class AgentLoop:
                     previous_error=error,
                     max_steps=max(1, self._spec.max_steps - self.state.turns),
                     time_left_s=self._planning_time(),
+                    strategy=strategy,
                 ),
                 summary="plan" if context is None else f"replan {self.state.replans}",
             )
             self._parts.ledger.count(attempt.usage)
+            if attempt.direct and context is None:
+                return self._direct(attempt.error or "the model plans badly")
             if self._watch is not None:
                 self._watch.note_time()
                 guidance = await self._actor.held(None)
@@ -239,12 +247,29 @@ class AgentLoop:
                 self._parts.audit.record(
                     "planner", "replan" if replan else "plan", ids, event=False
                 )
+                if attempt.repairs:
+                    repairs = "; ".join(attempt.repairs)
+                    self._parts.audit.record("longrun", "plan repaired", repairs, event=False)
                 self._parts.events.emit("plan.made", replan=replan, steps=ids)
                 return [
                     PlanItem(id=s.id, intent=s.intent, expected_evidence=s.expected_evidence)
                     for s in attempt.plan.steps
                 ]
-        raise StepFailed(
-            f"the planner gave no valid plan in {self._spec.max_plan_attempts} attempts; "
-            f"last problem: {error}"
-        )
+        why = f"the planner gave no valid plan in {self._spec.max_plan_attempts} attempts"
+        if context is None and strategy == "auto":
+            return self._direct(f"{why}; last problem: {error}")
+        raise StepFailed(f"{why}; last problem: {error}")
+
+    def _direct(self, why: str) -> list[PlanItem]:
+        """The goal as the plan's one step: what a run without a plan works on."""
+        criteria = [briefs.describe_criterion(c) for c in self._spec.acceptance]
+        self._parts.audit.record("planner", "direct", why, event=False)
+        self._parts.events.emit("plan.made", replan=False, steps=DIRECT_STEP, direct=why)
+        return [
+            PlanItem(
+                id=DIRECT_STEP,
+                intent=self._parts.inp.goal,
+                expected_evidence="; ".join(criteria)[:2000]
+                or "tool outputs showing that what the goal asks for was done",
+            )
+        ]

@@ -44,6 +44,8 @@ class AgentState:
         self.premature_completions = 0
         self.turns = 0
         self.tool_calls = 0
+        self.effects = 0  # completed tool calls that changed something (not read-only)
+        self.rejected = 0  # tool calls a person rejected
         self.notes: list[str] = []  # finished steps' summaries since the rolling summary
         self.summary = ""  # rolling summary of progress older than the notes
         self.observations: list[str] = []  # the current step's tool results, newest last
@@ -68,6 +70,8 @@ class AgentState:
         self.premature_completions = carry.premature_completions
         self.turns = carry.turns
         self.tool_calls = carry.tool_calls
+        self.effects = carry.effects
+        self.rejected = carry.rejected
         self.notes = carry.progress
         self.summary = carry.summary
         self.turns_at_progress = carry.turns_at_progress
@@ -87,6 +91,8 @@ class AgentState:
             premature_completions=self.premature_completions,
             turns=self.turns,
             tool_calls=self.tool_calls,
+            effects=self.effects,
+            rejected=self.rejected,
             progress=self.notes,
             summary=self.summary,
             turns_at_progress=self.turns_at_progress,
