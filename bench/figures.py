@@ -4,6 +4,7 @@ bench/results.json; nothing compares a figure with a threshold to pass or fail."
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -24,6 +25,10 @@ class Figure:
     def ratio(self) -> float | None:
         """longrun over baseline; None when the baseline is zero."""
         return self.longrun / self.baseline if self.baseline else None
+
+    def measured(self) -> bool:
+        """Whether both sides have a value (a side that completed nothing has none)."""
+        return not any(math.isnan(v) or math.isinf(v) for v in (self.longrun, self.baseline))
 
     def as_json(self) -> dict[str, Any]:
         """The figure with its ratio, for results.json."""

@@ -27,11 +27,14 @@ their own detail as they go; one that breaks is reported and the others still ru
   against run length at three fault rates and with worker kills (bench/fault_curve.py), drawn
   to docs/fault-curve.png by the full suite.
 
-    .venv/bin/python bench/suite.py [--quick] [--only overhead,api,...] [--json PATH]
+    .venv/bin/python bench/suite.py [--quick | --smoke] [--only overhead,api,...] [--json PATH]
 
 `make bench` runs the full suite (about an hour on 2 cores, most of it the plain loop's
 1,000-step conversation and the ten thousand waiting runs); `make bench QUICK=1` the
 quick one (a few minutes, smaller numbers everywhere, no plot unless `--plot` is given).
+`--smoke` runs every section at its smallest size, for correctness only (its figures mean
+nothing and are not kept): `make test` runs it, so a section that no longer does its work
+fails the suite. A section that fails marks the table FAILED and the exit status 1.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ from figures import Figure, table  # noqa: E402
 PLOT = _HERE.parent / "docs" / "fault-curve.png"
 RESULTS = _HERE / "results.json"
 
-# Each section's size: (full, quick).
+# Each section's size: (full, quick). --smoke takes SMOKE's.
 SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "overhead": (
         {"steps": 50, "runs": 5, "warmup": 1, "batch_runs": 50, "batch_rounds": 5},
@@ -106,6 +109,22 @@ SIZES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"steps": [10, 50, 100, 200], "rates": [0.01, 0.05, 0.10], "runs": 10, "kill_every": 15.0},
         {"steps": [10, 50, 100], "rates": [0.01, 0.05, 0.10], "runs": 4, "kill_every": 10.0},
     ),
+}
+
+
+# The smallest size at which each section still does all of its work.
+SMOKE: dict[str, dict[str, Any]] = {
+    "overhead": {"steps": 3, "runs": 1, "warmup": 1, "batch_runs": 3, "batch_rounds": 1},
+    "api": {"steps": 5, "reads": 2, "restarts": 1},
+    "load": {"clients": 4, "seconds": 3.0, "warmup": 0.5, "reads": 1},
+    "watchers": {"watchers": 4, "runs": 2, "window_s": 2.0, "clients": 1},
+    "memory": {"runs": 10, "warmup": 2, "lists": 5},
+    "context": {"steps": 5, "run_timeout": 120.0},
+    "faults": {"runs": 1, "rates": [0.10], "steps": 2, "tools_per_step": 2},
+    "sandbox": {"calls": 2, "rounds": 1, "steps": 2},
+    "billing": {"step_counts": [2], "agent_steps": [1]},
+    "quick": {"steps": 3, "runs": 1, "warmup": 1},
+    "curve": {"steps": [3], "rates": [0.10], "runs": 2, "kill_every": 5.0},
 }
 
 
@@ -212,10 +231,16 @@ def _commit() -> str | None:
 
 
 def run(
-    sections: list[str], quick: bool, plot: Path | None, results: Path, partial: bool = False
-) -> None:
+    sections: list[str],
+    quick: bool,
+    plot: Path | None,
+    results: Path | None,
+    partial: bool = False,
+    smoke: bool = False,
+) -> bool:
     """Run the sections, print their detail and then the one table, and keep the figures
-    (`partial`: beside those of the sections not run, as `results` has them)."""
+    (`partial`: beside those of the sections not run, as `results` has them; none kept
+    without `results`). True if every section did its work."""
     out: dict[str, Any] = {
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "quick": quick,
@@ -231,20 +256,27 @@ def run(
     }
     figures: list[Figure] = []
     for name in sections:
-        size = SIZES[name][1 if quick else 0]
+        size = SMOKE[name] if smoke else SIZES[name][1 if quick else 0]
         print(f"\n=== {name} {json.dumps(size)}", flush=True)
         started = time.perf_counter()
         try:
-            figures += SECTIONS[name](size, out)
+            found = SECTIONS[name](size, out)
+            unmeasured = [f.name for f in found if not f.measured()]
+            if not found or unmeasured:
+                raise RuntimeError(f"a side measured nothing: {unmeasured or 'no figure'}")
+            figures += found
         except Exception:
             traceback.print_exc()
-            print(f"section {name} failed; see above")
+            print(f"section {name} FAILED; see above")
             out["failed"].append(name)
         out["seconds"][name] = round(time.perf_counter() - started, 1)
-    print(f"\n=== longrun against its baselines ({'quick' if quick else 'full'} suite)\n")
+    kind = "smoke" if smoke else "quick" if quick else "full"
+    print(f"\n=== longrun against its baselines ({kind} suite)\n")
     print(table(figures))
     if out["failed"]:
-        print(f"\nsections that failed: {', '.join(out['failed'])}")
+        print(f"\nFAILED: sections that did not do their work: {', '.join(out['failed'])}")
+    if results is None:
+        return not out["failed"]
     out["figures"] = [f.as_json() for f in figures]
     kept = json.loads(results.read_text()) if partial and results.exists() else None
     if kept is not None and kept.get("quick") == quick:
@@ -256,12 +288,17 @@ def run(
             out.setdefault(key, value)
     results.write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nfigures kept in {results}")
+    return not out["failed"]
 
 
 def main() -> None:
-    """Parse the arguments and run the suite; always exits 0."""
+    """Parse the arguments and run the suite; exits 1 if a section did not do its work."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="smaller numbers: a few minutes")
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument("--quick", action="store_true", help="smaller numbers: a few minutes")
+    sizes.add_argument(
+        "--smoke", action="store_true", help="every section at its smallest, figures not kept"
+    )
     parser.add_argument("--only", help=f"comma-separated sections of: {', '.join(SECTIONS)}")
     parser.add_argument("--plot", type=Path, help=f"where to draw the fault curve ({PLOT})")
     parser.add_argument("--json", type=Path, default=RESULTS, help="where to keep the figures")
@@ -270,11 +307,13 @@ def main() -> None:
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown:
         parser.error(f"unknown sections {unknown}; choose from {list(SECTIONS)}")
-    plot = args.plot or (None if args.quick else PLOT)
+    plot = args.plot or (None if args.quick or args.smoke else PLOT)
     # Retried attempts are logged as warnings by the workers; the tables say it all.
     for name in ("temporalio", "longrun.activity"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    run(sections, args.quick, plot, args.json, partial=bool(args.only))
+    results = None if args.smoke else args.json
+    if not run(sections, args.quick, plot, results, partial=bool(args.only), smoke=args.smoke):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

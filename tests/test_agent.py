@@ -560,3 +560,25 @@ async def test_a_goal_asking_for_a_change_does_not_complete_without_one(
     assert "no tool call of this run has changed anything yet" in told
     assert run["result"]["summary"] == "wrote haiku.txt"
     assert [s["status"] for s in run["steps"]] == ["completed"]
+
+
+async def test_a_change_that_misses_a_criterion_is_told_so_at_once(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    # As Qwen did: "Hello world!" six times over, for a check that wants "hello"; told
+    # nothing after each write, it had nothing to go on.
+    standin.scenario(
+        [
+            act("agent-told", ("write_file", {"path": "hello.txt", "content": "Hello world!"})),
+            act("agent-told", ("write_file", {"path": "hello.txt", "content": "hello"})),
+        ]
+    )
+    run_id = await start(
+        api, goal="agent-told: hello.txt", acceptance=HELLO, tools=["write_file"], strategy="direct"
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    acts = standin.calls("agent-told", role="act")
+    assert len(acts) == 2
+    told = acts[1]["messages"][-1]["content"]
+    assert "Acceptance criteria still failing" in told and "hello" in told

@@ -13,13 +13,17 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
+from openai import AsyncOpenAI
 
 from longrun.dev.stack import ServerThread
+from longrun.dev.standin import PROFILES, STANDIN_MODEL
 from longrun.evals.fixture import Effect, Report
+from longrun.evals.plain import Loop
 from longrun.evals.proxy import CuttableProxy
 from longrun.evals.runner import Attempt, Fault, Outcome, scores
 from longrun.evals.tasks import Task, failures, load_tasks
-from tests.helpers import REPO
+from longrun.settings import Settings
+from tests.helpers import REPO, StandIn
 
 SUITE = REPO / "evals"
 
@@ -178,3 +182,45 @@ async def test_a_plain_loop_runs_beside_longrun_and_is_scored_alike(tmp_path: Pa
     # The loop was asked about the order as longrun was, and the scorer said no to both.
     assert loop["goal-order-rejected"]["status"] == "completed"
     assert "POST /effects/order" not in result["fixture"]["requests"]
+
+
+async def test_the_plain_loop_talks_to_a_llama_cpp_server_and_reads_calls_written_as_text(
+    standin: StandIn, tmp_path: Path
+) -> None:
+    # llama.cpp's server refuses an assistant turn whose content is null, and small models
+    # there write their calls as text: the loop must get past both, as longrun does.
+    standin.profile(**{**PROFILES["llama-cpp"].model_dump(), "tool_calls_as_text": True})
+    standin.scenario(
+        [
+            {
+                "match": "plain-hello",
+                "role": "act",
+                "tool_results": 0,
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "hello.txt", "content": "hi"}}
+                ],
+            },
+            {"match": "plain-hello", "role": "act", "tool_results": 1, "reply": "done"},
+        ]
+    )
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    loop = Loop(
+        run_id="plain-test",
+        goal="plain-hello: write hi into hello.txt",
+        tools=["write_file"],
+        budget={"max_model_calls": 5},
+        decide="approve",
+        model=STANDIN_MODEL,
+        workspace=workspace,
+        settings=Settings(_env_file=None, LONGRUN_DATA_DIR=tmp_path),  # type: ignore[call-arg]
+    )
+    async with AsyncOpenAI(base_url=standin.base_url, api_key="x", max_retries=0) as client:
+        run = await loop.run(client)
+    assert (run["status"], run["error"]) == ("completed", None)
+    assert (workspace / "hello.txt").read_text() == "hi"
+    assert run["usage"]["model_calls"] == 2 and run["usage"]["tool_calls"] == 1
+    assert run["budget"]["limits"]["model_calls"] == {"limit": 5, "used": 2}
+    second = standin.calls("plain-hello", role="act")[1]["messages"]
+    assert second[2]["role"] == "assistant" and second[2]["content"] == ""
+    assert second[2]["tool_calls"][0]["function"]["name"] == "write_file"

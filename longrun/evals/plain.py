@@ -22,6 +22,7 @@ from typing import Any
 from openai import APIError, AsyncOpenAI
 
 from activities.routing import text_calls
+from activities.structured import simplify
 from activities.tools import REGISTRY
 from activities.tools.registry import ToolContext, call_redacted
 from longrun.settings import Settings
@@ -92,16 +93,20 @@ class Loop:
                 for c in message.tool_calls or []
                 if c.type == "function"
             ]
-            if not calls and message.content:
-                written = text_calls(message.content, offered, self.model_calls)
+            said = message.content or ""
+            if not calls and said:
+                written = text_calls(said, offered, self.model_calls)
                 calls = [(c.id, c.name, c.arguments) for c in written]
+                if calls:  # back into the conversation as native calls, not as text
+                    said = ""
             if not calls:
                 self._end("completed", None)
                 break
             messages.append(
                 {
                     "role": "assistant",
-                    "content": None,
+                    # Not null: llama.cpp's server refuses an assistant turn without content.
+                    "content": said,
                     "tool_calls": [
                         {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
                         for i, n, a in calls
@@ -200,6 +205,7 @@ def _schema(name: str) -> dict[str, Any]:
         "function": {
             "name": name,
             "description": spec.description,
-            "parameters": spec.parameters(),
+            # As longrun offers them: without the limits grammar engines refuse.
+            "parameters": simplify(spec.parameters()),
         },
     }

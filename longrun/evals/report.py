@@ -10,7 +10,15 @@ from typing import Any
 
 from longrun.evals.runner import Outcome
 
-SHOWN = ("pass^1", "pass^k", "cost_per_success_usd", "time_p50_s", "time_p95_s", "model_calls")
+SHOWN = (
+    "pass^1",
+    "pass^k",
+    "cost_per_success_usd",
+    "time_p50_s",
+    "time_p95_s",
+    "model_calls",
+    "input_tokens_per_call",
+)
 
 
 def write_json(

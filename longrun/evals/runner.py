@@ -78,6 +78,7 @@ class Attempt:
     duration_s: float = 0.0
     cost_usd: float = 0.0
     model_calls: int = 0
+    input_tokens: int = 0  # prompt tokens over all its model calls
 
 
 @dataclass
@@ -247,6 +248,7 @@ class Eval:
         attempt.duration_s = round(time.monotonic() - started, 1)
         attempt.status = run["status"]
         attempt.model_calls = run["usage"]["model_calls"]
+        attempt.input_tokens = run["usage"]["input_tokens"]
         found = await asyncio.to_thread(failures, task, run, self.fixture.report(), workspace)
         attempt.failures = found
         attempt.passed = not found
@@ -282,6 +284,7 @@ class Eval:
             return
         attempt.cost_usd = run["usage"]["cost_usd"]
         attempt.model_calls = run["usage"]["model_calls"]
+        attempt.input_tokens = run["usage"]["input_tokens"]
         workspace = self._tmp / "data" / "runs" / run["run_id"] / "workspace"
         found = await asyncio.to_thread(failures, task, run, self.fixture.report(), workspace)
         if attempt.status == "cancelled" and run.get("error") == "eval timeout":
@@ -475,6 +478,9 @@ def scores(outcome: Outcome, baseline: bool = False) -> dict[str, Any]:
         "time_p50_s": _quantile(times, 0.5),
         "time_p95_s": _quantile(times, 0.95),
         "model_calls": sum(a.model_calls for a in attempts),
+        "input_tokens_per_call": round(
+            sum(a.input_tokens for a in attempts) / max(1, sum(a.model_calls for a in attempts))
+        ),
         "faults": len(outcome.faults),
         "recovery_p50_s": _quantile(sorted(recoveries), 0.5),
         "recovery_max_s": max(recoveries) if recoveries else None,

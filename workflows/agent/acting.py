@@ -142,9 +142,12 @@ class Actor:
                     reply = f"Not finished: these acceptance criteria fail:\n{failures}"
                 else:
                     reply = await self._call_tool(item, call)
-                    if self._changed and await self._met_early():
+                    failing = await self._checked_early()
+                    if failing == "":
                         item.summary = f"every acceptance criterion passes after {call.name}"
                         return True
+                    if failing is not None:  # what is still missing, said at once
+                        reply += f"\n\nAcceptance criteria still failing:\n{failing}"
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": reply})
                 if await self.held(item) is not None:  # the rest of the answer is dropped
                     brief, messages = self._brief(item, feedback), []
@@ -153,16 +156,17 @@ class Actor:
         item.summary = f"stopped after {self._spec.max_turns_per_step} turns without a summary"
         return False
 
-    async def _met_early(self) -> bool:
-        """Whether every acceptance criterion passes already, after a tool call changed
-        something (for runs whose criteria cost no model call to check)."""
-        self._changed = False
+    async def _checked_early(self) -> str | None:
+        """After a tool call that changed something, the acceptance criteria that fail
+        ("" when all pass), for runs whose criteria cost no model call to check; None
+        when they were not checked."""
+        changed, self._changed = self._changed, False
         checker = self._checker
-        if not (checker.done_when_done and checker.checks_cheaply):
-            return False
+        if not (changed and checker.done_when_done and checker.checks_cheaply):
+            return None
         failures = await checker.acceptance()
         self._state.enter("acting")
-        return not failures
+        return failures
 
     async def held(self, item: PlanItem | None) -> str | None:
         """If the watchdog saw the run stall, hold it for a person: the guidance they gave
