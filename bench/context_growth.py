@@ -69,11 +69,20 @@ def step_id(k: int) -> str:
     return f"s{k:04}"
 
 
+def intent(k: int) -> str:
+    return f"Chore number {k}"
+
+
+def step_now(k: int) -> str:
+    """How the actor's prompt names step k: by its intent (ids are never shown)."""
+    return f"step now: {intent(k)}\n"
+
+
 def tool_rule(marker: str, k: int) -> Rule:
     """Step k's first actor turn calls echo; its second turn falls to the default answer."""
     return Rule.model_validate(
         {
-            "match": [marker, f"step now: {step_id(k)}"],
+            "match": [marker, step_now(k)],
             "role": "act",
             "times": 1,
             "tool_calls": [{"name": "echo", "arguments": {"value": VALUE}}],
@@ -85,7 +94,7 @@ async def longrun_side(standin: StandIn, standin_url: str, steps: int, timeout_s
     """Run the job on longrun; the prompt tokens at each checkpoint, and facts of the run."""
     marker = f"ctx-{uuid.uuid4().hex[:8]}"
     plan = [
-        {"id": step_id(k), "intent": f"Chore number {k}", "expected_evidence": "echoed"}
+        {"id": step_id(k), "intent": intent(k), "expected_evidence": "echoed"}
         for k in range(1, steps + 1)
     ]
     standin.reset()
@@ -131,7 +140,7 @@ async def longrun_side(standin: StandIn, standin_url: str, steps: int, timeout_s
             continue
         text = str(call.messages[1].get("content") or "")
         for k in checkpoints(steps):
-            if k not in first and f"step now: {step_id(k)}" in text:
+            if k not in first and step_now(k) in text:
                 first[k] = call.prompt_tokens
     return first, run.get("status"), duration, count.count, run.get("error")
 
@@ -151,9 +160,8 @@ async def naive_side(standin: StandIn, standin_url: str, steps: int) -> dict[int
             # Forget earlier calls: the stand-in would otherwise keep every growing prompt.
             standin.reset()
             standin.rules.append(tool_rule(marker, k))
-            messages.append(
-                {"role": "user", "content": f"Your step now: {step_id(k)}: Chore number {k}"}
-            )
+            said = f"Your {step_now(k)}Expected evidence: echoed"  # as longrun's brief says it
+            messages.append({"role": "user", "content": said})
             asked = await oai.chat.completions.create(
                 model=STANDIN_MODEL,
                 messages=messages,  # type: ignore[arg-type]

@@ -371,7 +371,8 @@ async def measure(
     runs: int, warmup: int, lists: int = 200, page_size: int = 100, concurrency: int = 50
 ) -> Waiting:
     """Both sides' costs, each measured in its own worker process on one dev server, then
-    the list calls over both sides' runs."""
+    the list calls over both sides' runs (a page at most as long as the runs listed)."""
+    page_size = min(page_size, runs + warmup)
     with tempfile.TemporaryDirectory(prefix="longrun-bench-") as tmp:
         async with TemporalDevServer(Path(tmp) / "temporal.db", port=free_port()) as server:
             settings = _settings(server.address, "unused", Path(tmp) / "api")
