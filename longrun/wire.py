@@ -56,6 +56,7 @@ STARTED_WITH = (
     "standing-grants",
     "watchdog-coaches",
     "done-when-done",
+    "invalid-answers-coached",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

@@ -253,3 +253,31 @@ def test_the_watchdog_coaches_once_before_it_holds_and_a_poll_is_no_loop() -> No
     for _ in range(3):
         watch.note_call("http_request", {"url": "u"}, "ok")
     assert watch.stall is None and watch.coaching is not None
+
+
+def test_answers_that_call_no_tool_rightly_are_coached_once_then_hold() -> None:
+    state, _ = _state()
+    watch = ProgressWatch(
+        Watchdog(invalid_answers=2), state, lambda: 0.0, lambda: None, coach_invalid=True
+    )
+    watch.note_invalid("Invalid arguments for write_file")
+    watch.note_invalid("Invalid arguments for write_file")
+    assert watch.stall is None and watch.coaching is not None
+    assert "last 2 answers called no allowed tool rightly" in watch.coaching
+    watch.coaching = None
+    watch.note_invalid("Invalid arguments for write_file")
+    watch.note_invalid("Invalid arguments for write_file")
+    assert watch.stall is not None and watch.coaching is None
+
+
+def test_an_invalid_call_is_shown_arguments_of_the_right_shape() -> None:
+    schema = {
+        "properties": {
+            "path": {"type": "string"},
+            "content": {"type": "string"},
+            "max_bytes": {"type": "integer"},
+        },
+        "required": ["path", "content"],
+    }
+    assert briefs.example_arguments(schema) == {"path": "...", "content": "..."}
+    assert briefs.example_arguments({"properties": {"n": {"type": "integer"}}}) == {"n": 1}

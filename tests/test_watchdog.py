@@ -132,7 +132,10 @@ async def test_a_stalled_run_left_alone_fails_stalled(
     assert run["status"] == "failed", run
     assert run["error"].startswith("stalled: the model's last 2 answers called no allowed tool")
     assert "nobody decided within 2 s" in run["error"]
-    assert len(standin.calls(marker, role="act")) == 2
+    # Told after the first two (invalid-answers-coached), held after two more.
+    acts = standin.calls(marker, role="act")
+    assert len(acts) == 4
+    assert "Note from longrun: your last 2 answers" in acts[2]["messages"][-1]["content"]
     assert run["figures"]["stalls"] == 1
 
 

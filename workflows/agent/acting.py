@@ -191,9 +191,12 @@ class Actor:
         )
 
     def _invalid(self, reply: str) -> str:
-        """An answer that called no allowed tool rightly: the watchdog counts it."""
+        """An answer that called no allowed tool rightly: the watchdog counts it (and may
+        coach the model, with this reply)."""
         if self.watch is not None:
             self.watch.note_invalid(reply)
+            if self.watch.coaching is not None:
+                reply, self.watch.coaching = f"{reply}\n\n{self.watch.coaching}", None
         return reply
 
     async def _call_tool(self, item: PlanItem, call: ToolCallRequest) -> str:
@@ -241,7 +244,11 @@ class Actor:
                     )
                 )
         except (ValueError, RecursionError) as exc:
-            return self._invalid(f"Invalid arguments for {name}, nothing ran: {str(exc)[:2000]}")
+            example = json.dumps(briefs.example_arguments(spec.parameters()))
+            return self._invalid(
+                f"Invalid arguments for {name}, nothing ran: {str(exc)[:2000]}. "
+                f"Call {call.name} with arguments like {example}"
+            )
 
         state = p.steps.add(step_id, "tool")
         urls_whole = policy_urls_whole()

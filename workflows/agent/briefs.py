@@ -172,3 +172,28 @@ def duplicate_ids(plan: AgentPlan | None) -> str | None:
         return None
     ids = [s.id for s in plan.steps]
     return None if len(set(ids)) == len(ids) else "step ids must be unique"
+
+
+def example_arguments(schema: dict[str, Any]) -> dict[str, Any]:
+    """Arguments of the shape a tool's JSON schema asks for, its required ones with a
+    placeholder of their type: what a model that sent the schema itself, or lacked a field,
+    is shown."""
+    properties = schema.get("properties") or {}
+    example: dict[str, Any] = {}
+    for name in schema.get("required") or list(properties)[:2]:
+        kind = (properties.get(name) or {}).get("type")
+        example[name] = _placeholder(kind)
+    return example
+
+
+def _placeholder(kind: Any) -> Any:
+    """A value of a JSON schema type."""
+    if kind in ("integer", "number"):
+        return 1
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return []
+    if kind == "object":
+        return {}
+    return "..."

@@ -20,7 +20,12 @@ from workflows.agent.acting import MEMORY_PATCH, Actor
 from workflows.agent.checks import DONE_WHEN_DONE, Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
-from workflows.agent.watchdog import COACHING_CHANGE, ProgressWatch, watching
+from workflows.agent.watchdog import (
+    COACHING_CHANGE,
+    INVALID_COACHING_CHANGE,
+    ProgressWatch,
+    watching,
+)
 from workflows.common import StepFailed, changed, patched
 from workflows.handover import HandOver
 from workflows.parts import RunParts
@@ -75,6 +80,7 @@ class AgentLoop:
                 workflow.now,
                 lambda: ledger.budget.max_duration_s,
                 coach=changed(COACHING_CHANGE),
+                coach_invalid=changed(INVALID_COACHING_CHANGE),
             )
         if not self._resumed:
             s.plan = await self._make_plan(context=None)

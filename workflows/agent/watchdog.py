@@ -26,6 +26,9 @@ with workflow.unsafe.imports_passed_through():
 WATCHDOG_PATCH = "agent-watchdog"
 # Runs started with it are told of a repetition before they are held for it.
 COACHING_CHANGE = "watchdog-coaches"
+# Runs started with it are also told of answers in a row that call no tool rightly, before
+# such answers hold them.
+INVALID_COACHING_CHANGE = "invalid-answers-coached"
 SEEN_CHARS = 300  # of a call or an output, in the evidence
 DECIDER = "longrun"
 
@@ -50,12 +53,14 @@ class ProgressWatch:
         now: Clock,
         time_budget: Callable[[], float | None],
         coach: bool = False,
+        coach_invalid: bool = False,
     ) -> None:
         """With `coach`, a repetition is first told to the model (`coaching`) and holds the
         run only if it goes on after that; a call repeated with different outputs is no
         repetition."""
         self._limits = limits
         self._coach = coach
+        self._coach_invalid = coach_invalid
         self._coached: set[str] = set()  # repetitions already told, this step
         self.coaching: str | None = None  # what to tell the model with this call's output
         self._state = state
@@ -137,6 +142,16 @@ class ProgressWatch:
         """The model's answer called a tool it may not use, or with invalid arguments."""
         self._invalid = [*self._invalid, cut(problem, SEEN_CHARS)]
         if len(self._invalid) >= self._limits.invalid_answers:
+            if self._coach_invalid and "invalid answers" not in self._coached:
+                self._coached.add("invalid answers")
+                self._invalid.clear()
+                self.coaching = (
+                    f"Note from longrun: your last {self._limits.invalid_answers} answers "
+                    "called no allowed tool rightly. Call one of the tools offered, by its "
+                    "name, with every argument it requires given as a value (not a schema). "
+                    "A further run of such answers holds the run for a person."
+                )
+                return
             self.stall = Stall(
                 f"the model's last {len(self._invalid)} answers called no allowed tool rightly",
                 {"kind": "invalid_answers", "answers": self._invalid},
