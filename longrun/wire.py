@@ -57,6 +57,7 @@ STARTED_WITH = (
     "watchdog-coaches",
     "done-when-done",
     "invalid-answers-coached",
+    "rejected-calls-not-asked-again",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

@@ -582,3 +582,31 @@ async def test_a_change_that_misses_a_criterion_is_told_so_at_once(
     assert len(acts) == 2
     told = acts[1]["messages"][-1]["content"]
     assert "Acceptance criteria still failing" in told and "hello" in told
+
+
+async def test_a_call_a_person_rejected_is_not_asked_again(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    # As Qwen did in goal-order-rejected: the same rejected POST asked for again and again
+    # until the budget ran out; a person said no to that exact call once.
+    echo = ("shell", {"argv": ["echo", "order"]})
+    standin.scenario(
+        [
+            act("agent-no", echo),
+            act("agent-no", echo),
+            act("agent-no", reply="a person said no: the order cannot be placed"),
+        ]
+    )
+    run_id = await start(api, goal="agent-no: echo order", tools=["shell"], strategy="direct")
+    run = await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+    [pending] = run["pending_approvals"]
+    response = await api.post(
+        f"/v1/runs/{run_id}/approvals/{pending['approval_id']}",
+        json={"decision": "reject", "comment": "no orders today"},
+    )
+    assert response.status_code == 202
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    assert len(run["approvals"]) == 1 and run["pending_approvals"] == []
+    told = standin.calls("agent-no", role="act")[2]["messages"][-1]["content"]
+    assert "already rejected this exact call" in told

@@ -134,6 +134,7 @@ class AgentCarry(BaseModel):
     tool_calls: int = 0
     effects: int = 0  # tool calls that changed something (not read-only), completed
     rejected: int = 0  # tool calls a person rejected
+    rejected_calls: list[str] = Field(default_factory=list)  # the latest of them, as keys
     progress: list[str] = Field(default_factory=list)
     summary: str = ""
     turns_at_progress: int = 0  # `turns` when a plan step was last verified

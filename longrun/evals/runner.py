@@ -231,14 +231,15 @@ class Eval:
         async with AsyncOpenAI(
             base_url=f"http://127.0.0.1:{self.proxy.port}{target.path}",
             api_key="unused",
-            max_retries=0,
+            max_retries=2,  # the openai package's own default, as a plain loop has it
         ) as client:
             running = asyncio.create_task(loop.run(client))
             self.loops[attempt.run_id] = running
             try:
                 run = await running
             except asyncio.CancelledError:
-                if not running.cancelled():  # this eval is being stopped
+                me = asyncio.current_task()
+                if me is not None and me.cancelling():  # this eval is being stopped
                     raise
                 # Killed with its process (chaos): what it did stays done, the rest is lost.
                 loop.status, loop.error = "failed", "its process was killed"

@@ -15,7 +15,14 @@ from workflows.agent.checks import Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
 from workflows.agent.watchdog import ProgressWatch, StallGate
-from workflows.common import StepFailed, failure_of, patched, policy_urls_whole, preview
+from workflows.common import (
+    StepFailed,
+    changed,
+    failure_of,
+    patched,
+    policy_urls_whole,
+    preview,
+)
 from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
@@ -43,6 +50,9 @@ TOOL_RESULT_CHARS = 32_000  # of a tool result in history (its big fields are re
 # call's input well under Temporal's 2 MB payload limit.
 TURNS_MAX_BYTES = 256 * 1024
 OBSERVATION_CHARS = 1500
+# Runs started with it do not ask a person again for a call they rejected.
+NO_REASK_CHANGE = "rejected-calls-not-asked-again"
+REJECTED_KEPT = 20  # rejected calls remembered, the latest
 
 
 class Actor:
@@ -249,6 +259,14 @@ class Actor:
                 f"Invalid arguments for {name}, nothing ran: {str(exc)[:2000]}. "
                 f"Call {call.name} with arguments like {example}"
             )
+        key = f"{name} {json.dumps(args, sort_keys=True)}"
+        if key in self._state.rejected_calls and changed(NO_REASK_CHANGE):
+            # A "no" binds to the exact call: asking again is approval fatigue.
+            return self._invalid(
+                f"A person already rejected this exact call ({name} {preview(args)}); it is "
+                "not asked again and nothing ran. Do the goal another way, or say it cannot "
+                "be done."
+            )
 
         state = p.steps.add(step_id, "tool")
         urls_whole = policy_urls_whole()
@@ -272,6 +290,7 @@ class Actor:
             )
             if record.decision == "reject":
                 self._state.rejected += 1
+                self._state.rejected_calls = [*self._state.rejected_calls, key][-REJECTED_KEPT:]
                 p.steps.settle(state, "skipped", error=f"rejected by {record.decided_by}")
                 comment = f": {record.comment}" if record.comment else ""
                 return self._ran(

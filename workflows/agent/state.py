@@ -46,6 +46,7 @@ class AgentState:
         self.tool_calls = 0
         self.effects = 0  # completed tool calls that changed something (not read-only)
         self.rejected = 0  # tool calls a person rejected
+        self.rejected_calls: list[str] = []  # the latest of them (name and arguments)
         self.notes: list[str] = []  # finished steps' summaries since the rolling summary
         self.summary = ""  # rolling summary of progress older than the notes
         self.observations: list[str] = []  # the current step's tool results, newest last
@@ -72,6 +73,7 @@ class AgentState:
         self.tool_calls = carry.tool_calls
         self.effects = carry.effects
         self.rejected = carry.rejected
+        self.rejected_calls = carry.rejected_calls
         self.notes = carry.progress
         self.summary = carry.summary
         self.turns_at_progress = carry.turns_at_progress
@@ -93,6 +95,7 @@ class AgentState:
             tool_calls=self.tool_calls,
             effects=self.effects,
             rejected=self.rejected,
+            rejected_calls=self.rejected_calls,
             progress=self.notes,
             summary=self.summary,
             turns_at_progress=self.turns_at_progress,
