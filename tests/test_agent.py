@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from longrun.digests import call_digest
 from longrun.policy import Policy
 from tests.helpers import Poll, StandIn
+from tests.test_replay import replays_and_is_kept
 
 PRIMES = "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, n))\n"
 
@@ -474,7 +476,7 @@ HELLO = [
 
 
 async def test_with_no_valid_plan_an_auto_run_works_on_the_goal_and_is_done_when_done(
-    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+    api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:
     standin.scenario(
         [
@@ -503,6 +505,7 @@ async def test_with_no_valid_plan_an_auto_run_works_on_the_goal_and_is_done_when
     prompt = acts[0]["messages"][1]["content"]
     assert prompt.count("write hello into hello.txt") == 1
     assert "Plan:" not in prompt and "Your step now" not in prompt
+    await replays_and_is_kept(client, run_id, "agent_direct_done_when_done")
 
     # This worker has seen the model plan badly: the next auto run goes direct unasked.
     standin.scenario(
@@ -539,7 +542,7 @@ async def test_a_direct_run_asks_no_planner(
 
 
 async def test_a_goal_asking_for_a_change_does_not_complete_without_one(
-    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+    api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:
     # As Qwen did once: "Goal met." with no tool call. Nothing but a judge checks the goal,
     # and a judge reads claims: the run goes on until a call changed something.
@@ -560,6 +563,7 @@ async def test_a_goal_asking_for_a_change_does_not_complete_without_one(
     assert "no tool call of this run has changed anything yet" in told
     assert run["result"]["summary"] == "wrote haiku.txt"
     assert [s["status"] for s in run["steps"]] == ["completed"]
+    await replays_and_is_kept(client, run_id, "agent_no_completion_without_a_change")
 
 
 async def test_a_change_that_misses_a_criterion_is_told_so_at_once(
@@ -585,7 +589,7 @@ async def test_a_change_that_misses_a_criterion_is_told_so_at_once(
 
 
 async def test_a_call_a_person_rejected_is_not_asked_again(
-    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+    api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:
     # As Qwen did in goal-order-rejected: the same rejected POST asked for again and again
     # until the budget ran out; a person said no to that exact call once.
@@ -610,3 +614,4 @@ async def test_a_call_a_person_rejected_is_not_asked_again(
     assert len(run["approvals"]) == 1 and run["pending_approvals"] == []
     told = standin.calls("agent-no", role="act")[2]["messages"][-1]["content"]
     assert "already rejected this exact call" in told
+    await replays_and_is_kept(client, run_id, "agent_rejected_not_asked_again")
