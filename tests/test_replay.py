@@ -12,6 +12,7 @@ rename them first to add a history from new code beside the old ones).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from api.app import create_app
 from longrun.settings import Settings
 from longrun.temporal import DATA_CONVERTER
+from longrun.versions import VERSION_KEY
 from tests.helpers import REPO, Poll, StandIn, submit
 from tests.unpatched_run import TimerFirstRun
 from worker import check_replay
@@ -359,6 +361,12 @@ async def test_check_replay_names_runs_a_change_would_break(
     # replayed once one of its kind was.
     alike = await submit(api, [{"id": "g", "approval": {"message": "ok?"}}], labels=label)
     await wait_run(alike, lambda r: r["status"] == "waiting_approval")
+    # Its kind is told by its version as visibility lists it, which follows a moment later.
+    for _ in range(100):
+        listed = [r async for r in client.list_workflows(f"WorkflowId = '{alike}'")]
+        if listed and listed[0].typed_search_attributes.get(VERSION_KEY) is not None:
+            break
+        await asyncio.sleep(0.1)
     assert await check_replay(client, 10, where, per_set=1) == (2, [], 1)
     for run_id in (waiting, alike):
         await client.get_workflow_handle(run_id).terminate("test")
