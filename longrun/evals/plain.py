@@ -2,8 +2,8 @@
 write when they run an agent without durability. One conversation; the task's tools offered;
 each call the model asks for run at once in this process; a call written as text read as
 longrun reads it and put back into the conversation as a native call; done when the model
-answers without a call. No plan, no verification, no retries, no history that outlives the
-process.
+answers without a call. No plan, no verification, no retries but the openai package's own,
+no history that outlives the process.
 
 It gets what longrun gets, so the two are scored alike: the same model and server, longrun's
 own tool functions, the task's budget (model calls, time), the scorer's answer to a call that
