@@ -123,7 +123,8 @@ def _rules(marker: str, steps: int) -> list[Rule]:
         rules.append(
             Rule.model_validate(
                 {
-                    "match": [marker, f"step now: s{k}"],
+                    # A step is named by its intent; a plan of one step is the goal itself.
+                    "match": [marker, f"step now: Chore number {k}\n"] if steps > 1 else marker,
                     "role": "act",
                     "times": 1,
                     "tool_calls": [call],

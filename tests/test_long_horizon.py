@@ -183,9 +183,19 @@ async def test_an_agent_lists_its_latest_hundred_tool_calls_and_counts_the_rest(
     standin.scenario(
         [
             {"match": marker, "role": "plan", "json": {"steps": plan}},
-            {"match": [marker, "step now: p0"], "role": "act", "times": 1, "tool_calls": many},
-            {"match": [marker, "step now: p1"], "role": "act", "times": 1, "tool_calls": many[:1]},
-            {"match": [marker, "step now: p2"], "role": "act", "times": 1, "tool_calls": many[:2]},
+            {"match": [marker, "step now: part 0"], "role": "act", "times": 1, "tool_calls": many},
+            {
+                "match": [marker, "step now: part 1"],
+                "role": "act",
+                "times": 1,
+                "tool_calls": many[:1],
+            },
+            {
+                "match": [marker, "step now: part 2"],
+                "role": "act",
+                "times": 1,
+                "tool_calls": many[:2],
+            },
         ]
     )
     response = await short.post(

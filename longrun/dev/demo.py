@@ -26,7 +26,10 @@ DEMO_REQUEST: dict[str, Any] = {
                 "args": {"code": "import runpy; runpy.run_path('hello.py')"},
                 "expect": {"contains": "hello, longrun"},
             },
-        }
+        },
+        # Not a tool check alone: with one, the run would be done once hello.py is written
+        # (the check itself runs it), and the demo shows the agent asking to run it.
+        {"id": "ran", "check": {"judge": "the agent ran hello.py and saw what it printed"}},
     ],
     "tools": ["write_file", "read_file", "python"],
     "labels": {"demo": "hello"},

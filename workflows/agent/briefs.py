@@ -101,10 +101,11 @@ def step_text(item: PlanItem) -> str:
     return f"{item.intent}\nExpected evidence: {item.expected_evidence}"
 
 
-def _is_the_goal(item: PlanItem, goal: str, plan: list[PlanItem]) -> bool:
-    """Whether the step is the whole goal (a run without a plan): the brief then says it
-    once, as the goal."""
-    return len(plan) == 1 and item.intent == goal
+def _is_the_goal(plan: list[PlanItem]) -> bool:
+    """Whether the plan's one step is the whole goal: the brief then says only the goal. A
+    one-step plan is the goal said again, and a small model says it worse ("Read file" for
+    "write hello into hello.txt"); a run without a plan has the goal as its step."""
+    return len(plan) == 1
 
 
 def brief(
@@ -124,7 +125,7 @@ def brief(
         plan=plan_window(plan, item),
         summary=summary,
         progress=notes,
-        step="" if _is_the_goal(item, goal, plan) else step_text(item),
+        step="" if _is_the_goal(plan) else step_text(item),
         guidance=item.guidance,
         feedback=feedback,
         recall=f"{item.intent} {item.expected_evidence}",

@@ -257,18 +257,10 @@ class AgentLoop:
                     repairs = "; ".join(attempt.repairs)
                     self._parts.audit.record("longrun", "plan repaired", repairs, event=False)
                 self._parts.events.emit("plan.made", replan=replan, steps=ids)
-                steps = [
+                return [
                     PlanItem(id=s.id, intent=s.intent, expected_evidence=s.expected_evidence)
                     for s in attempt.plan.steps
                 ]
-                if len(steps) == 1 and not replan and strategy == "auto":
-                    # One step is the goal said again, often worse by a small model ("Read
-                    # file" for "write hello into hello.txt"): the step is the goal itself.
-                    steps[0].intent = inp.goal
-                    self._parts.audit.record(
-                        "longrun", "one-step plan", "its step is the goal itself", event=False
-                    )
-                return steps
         why = f"the planner gave no valid plan in {self._spec.max_plan_attempts} attempts"
         if context is None and strategy == "auto":
             return self._direct(f"{why}; last problem: {error}")
