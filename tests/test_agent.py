@@ -41,15 +41,19 @@ async def start(api: httpx.AsyncClient, **body: Any) -> str:
     return run_id
 
 
+async def audit_of(api: httpx.AsyncClient, run_id: str) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = (await api.get(f"/v1/runs/{run_id}/audit")).json()["entries"]
+    return entries
+
+
+def file_contains(criterion_id: str, path: str, text: str) -> dict[str, Any]:
+    """A criterion checked by reading `path`, which must contain `text`."""
+    check = {"tool": "read_file", "args": {"path": path}, "expect": {"contains": text}}
+    return {"id": criterion_id, "check": check}
+
+
 PRIMES_ACCEPTANCE = [
-    {
-        "id": "module",
-        "check": {
-            "tool": "read_file",
-            "args": {"path": "primes.py"},
-            "expect": {"contains": "def is_prime"},
-        },
-    },
+    file_contains("module", "primes.py", "def is_prime"),
     {"id": "docstring", "check": {"judge": "primes.py explains itself"}},
 ]
 
@@ -430,8 +434,7 @@ async def test_a_decision_bound_to_an_earlier_call_is_refused(
     )
     assert taken.status_code == 202, taken.text
     run = await wait_run(run_id)
-    audit = (await api.get(f"/v1/runs/{run_id}/audit")).json()
-    approvals = [e for e in audit["entries"] if e["action"] == "approve"]
+    approvals = [e for e in await audit_of(api, run_id) if e["action"] == "approve"]
     assert [again["digest"] in e["detail"] for e in approvals] == [True], approvals
 
 
@@ -456,23 +459,14 @@ async def test_a_plan_written_loosely_is_repaired_and_each_repair_audited(
     [step] = run["plan"]
     assert step["id"] == "write-hello-into-file"
     assert "write hello.txt" in step["expected_evidence"]
-    audit = (await api.get(f"/v1/runs/{run_id}/audit")).json()["entries"]
+    audit = await audit_of(api, run_id)
     [repaired] = [e["detail"] for e in audit if e["action"] == "plan repaired"]
     assert "a list of steps taken as the plan" in repaired
     assert "'Write hello into file' made 'write-hello-into-file'" in repaired
     assert "evidence derived from its intent" in repaired
 
 
-HELLO = [
-    {
-        "id": "hello",
-        "check": {
-            "tool": "read_file",
-            "args": {"path": "hello.txt"},
-            "expect": {"contains": "hello"},
-        },
-    }
-]
+HELLO = [file_contains("hello", "hello.txt", "hello")]
 
 
 async def test_with_no_valid_plan_an_auto_run_works_on_the_goal_and_is_done_when_done(
@@ -493,7 +487,7 @@ async def test_with_no_valid_plan_an_auto_run_works_on_the_goal_and_is_done_when
     assert len(standin.calls("agent-unplanned", role="plan")) == 3
     [step] = run["plan"]
     assert (step["id"], step["intent"], step["status"]) == ("goal", goal, "completed")
-    audit = (await api.get(f"/v1/runs/{run_id}/audit")).json()["entries"]
+    audit = await audit_of(api, run_id)
     [direct] = [e["detail"] for e in audit if e["action"] == "direct"]
     assert "no valid plan in 3 attempts" in direct and "I cannot plan" in direct
     # The acceptance check ran after the write and passed: no second turn, no judge.
@@ -517,7 +511,7 @@ async def test_with_no_valid_plan_an_auto_run_works_on_the_goal_and_is_done_when
     run = await wait_run(again)
     assert run["status"] == "completed", run
     assert standin.calls("agent-unplanned-2", role="plan") == []
-    audit = (await api.get(f"/v1/runs/{again}/audit")).json()["entries"]
+    audit = await audit_of(api, again)
     [direct] = [e["detail"] for e in audit if e["action"] == "direct"]
     assert "gave no valid plan in its last 3 answers" in direct
 

@@ -18,7 +18,7 @@ from api.app import create_app
 from longrun.cassettes import Cassette, key_of
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn
-from tests.test_agent import act, plan, start
+from tests.test_agent import act, audit_of, plan, start
 from tests.test_watchdog import OUTPUT_ACCEPTANCE
 from worker import serving
 
@@ -138,6 +138,6 @@ async def test_a_plan_a_small_model_rambled_on_a_real_server_is_repaired(
     assert not (run["error"] or "").startswith("the planner gave no valid plan"), run
     transport = httpx.ASGITransport(app=create_app(settings))
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as api:
-        audit = (await api.get(f"/v1/runs/{run['run_id']}/audit")).json()["entries"]
+        audit = await audit_of(api, run["run_id"])
     assert [e for e in audit if e["action"] == "plan repaired"], audit
     assert standin.calls(role="act"), "it went on to act"

@@ -12,15 +12,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tests.helpers import Poll, StandIn
-from tests.test_agent import act, plan, start
+from tests.test_agent import act, file_contains, plan, start
 from tests.test_replay import replays_and_is_kept
 
-OUTPUT_ACCEPTANCE = [
-    {
-        "id": "out",
-        "check": {"tool": "read_file", "args": {"path": "out.txt"}, "expect": {"contains": "ok"}},
-    }
-]
+OUTPUT_ACCEPTANCE = [file_contains("out", "out.txt", "ok")]
 
 
 def _paused(run: dict[str, Any]) -> bool:

@@ -42,6 +42,12 @@ class Effect(BaseModel):
         return (self.key or "").partition(":")[0]
 
 
+def applied_twice(effects: list[Effect]) -> int:
+    """Effects applied again for the same run (same name and body) under another key."""
+    seen = Counter((e.run_id, e.name, json.dumps(e.body, sort_keys=True)) for e in effects)
+    return sum(n - 1 for n in seen.values())
+
+
 class Report(BaseModel):
     """What the fixture saw."""
 
@@ -57,12 +63,7 @@ class Report(BaseModel):
 
     def twice_among(self, runs: set[str]) -> int:
         """Of `applied_twice`, those of these runs."""
-        seen = Counter(
-            (e.run_id, e.name, json.dumps(e.body, sort_keys=True))
-            for e in self.effects
-            if e.run_id in runs
-        )
-        return sum(n - 1 for n in seen.values())
+        return applied_twice([e for e in self.effects if e.run_id in runs])
 
 
 class Fixture:
@@ -81,15 +82,12 @@ class Fixture:
     def report(self) -> Report:
         """What the fixture saw so far."""
         with self._lock:
-            seen: Counter[tuple[str, str, str]] = Counter()
-            for effect in self.effects:
-                seen[(effect.run_id, effect.name, json.dumps(effect.body, sort_keys=True))] += 1
             return Report(
                 requests=dict(self.requests),
                 by_run={run: dict(counts) for run, counts in self.by_run.items()},
                 effects=list(self.effects),
                 absorbed=self.absorbed,
-                applied_twice=sum(n - 1 for n in seen.values()),
+                applied_twice=applied_twice(self.effects),
             )
 
     def reset(self) -> None:

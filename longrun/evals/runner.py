@@ -204,12 +204,8 @@ class Eval:
 
     async def _plain_attempt(self, task: Task, attempt: Attempt) -> None:
         """One attempt of the plain loop, in this process, scored by the same checker."""
-        assert self.proxy is not None and self.stack is not None
-        marker = f"eval-{uuid.uuid4().hex[:10]}"
-        if self.options.model_url is None and task.standin:
-            script = task.script(marker, self.fixture_url)
-            await self._retrying("POST", f"{self.stack.standin_url}/_standin/rules", json=script)
-        body = task.body(marker, self.fixture_url, self.options.max_duration_s)
+        assert self.proxy is not None
+        marker, body = await self._prepared(task)
         attempt.run_id = f"plain-{marker}"
         workspace = self._tmp / "plain" / attempt.run_id / "workspace"
         workspace.mkdir(parents=True)
@@ -248,19 +244,29 @@ class Eval:
                 self.loops.pop(attempt.run_id, None)
         attempt.duration_s = round(time.monotonic() - started, 1)
         attempt.status = run["status"]
-        attempt.model_calls = run["usage"]["model_calls"]
-        attempt.input_tokens = run["usage"]["input_tokens"]
-        found = await asyncio.to_thread(failures, task, run, self.fixture.report(), workspace)
-        attempt.failures = found
-        attempt.passed = not found
+        attempt.failures = await self._checked(task, attempt, run, workspace)
+        attempt.passed = not attempt.failures
 
-    async def _attempt(self, task: Task, attempt: Attempt) -> None:
+    async def _prepared(self, task: Task) -> tuple[str, dict[str, Any]]:
+        """An attempt's marker and the run it submits; the stand-in scripted for it."""
         assert self.stack is not None
         marker = f"eval-{uuid.uuid4().hex[:10]}"
         if self.options.model_url is None and task.standin:
             script = task.script(marker, self.fixture_url)
             await self._retrying("POST", f"{self.stack.standin_url}/_standin/rules", json=script)
-        body = task.body(marker, self.fixture_url, self.options.max_duration_s)
+        return marker, task.body(marker, self.fixture_url, self.options.max_duration_s)
+
+    async def _checked(
+        self, task: Task, attempt: Attempt, run: dict[str, Any], workspace: Path
+    ) -> list[str]:
+        """The ended run's usage taken into `attempt`, and what of the task it failed."""
+        attempt.cost_usd = run["usage"]["cost_usd"]
+        attempt.model_calls = run["usage"]["model_calls"]
+        attempt.input_tokens = run["usage"]["input_tokens"]
+        return await asyncio.to_thread(failures, task, run, self.fixture.report(), workspace)
+
+    async def _attempt(self, task: Task, attempt: Attempt) -> None:
+        marker, body = await self._prepared(task)
         started = time.monotonic()
         created = await self._retrying(
             "POST", "/v1/runs", json=body, headers={"Idempotency-Key": marker}
@@ -283,11 +289,8 @@ class Eval:
                 f"terminated: {run['error']}"
             ]
             return
-        attempt.cost_usd = run["usage"]["cost_usd"]
-        attempt.model_calls = run["usage"]["model_calls"]
-        attempt.input_tokens = run["usage"]["input_tokens"]
         workspace = self._tmp / "data" / "runs" / run["run_id"] / "workspace"
-        found = await asyncio.to_thread(failures, task, run, self.fixture.report(), workspace)
+        found = await self._checked(task, attempt, run, workspace)
         if attempt.status == "cancelled" and run.get("error") == "eval timeout":
             found.insert(0, f"did not end within {self.options.timeout_s:g} s")
         attempt.failures = found

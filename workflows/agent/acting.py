@@ -14,7 +14,7 @@ from workflows.agent.briefs import MAX_ARGUMENT_CHARS
 from workflows.agent.checks import Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
-from workflows.agent.watchdog import ProgressWatch, StallGate
+from workflows.agent.watchdog import ProgressWatch, StallGate, call_key
 from workflows.common import (
     StepFailed,
     changed,
@@ -259,7 +259,7 @@ class Actor:
                 f"Invalid arguments for {name}, nothing ran: {str(exc)[:2000]}. "
                 f"Call {call.name} with arguments like {example}"
             )
-        key = f"{name} {json.dumps(args, sort_keys=True)}"
+        key = call_key(name, args)
         if key in self._state.rejected_calls and changed(NO_REASK_CHANGE):
             # A "no" binds to the exact call: asking again is approval fatigue.
             return self._invalid(

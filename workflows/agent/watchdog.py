@@ -42,6 +42,11 @@ class Stall(Exception):
         self.evidence = evidence
 
 
+def call_key(name: str, args: dict[str, Any]) -> str:
+    """A tool call by name and canonical arguments: what counts as the same call."""
+    return f"{name} {json.dumps(args, sort_keys=True)}"
+
+
 class ProgressWatch:
     """What the watchdog counts on the agent's way; no Temporal calls, so it is plain to
     test. After each `note_*`, `stall` says how the run went nowhere, if it did."""
@@ -96,7 +101,7 @@ class ProgressWatch:
     def note_call(self, name: str, args: dict[str, Any], output: str) -> None:
         """A tool call ran and gave `output` (or its failure)."""
         self._invalid.clear()
-        key = f"{name} {json.dumps(args, sort_keys=True)}"
+        key = call_key(name, args)
         # Coached, a call is the same call only with the same output (a poll is no loop).
         counted = f"{key} -> {output}" if self._coach else key
         self._calls[counted] += 1
