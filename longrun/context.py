@@ -67,7 +67,7 @@ def _user_message(
     if brief.step:
         parts.append(f"Your step now: {brief.step}")
     if brief.guidance:
-        parts.append("Guidance from people:\n" + prompts.bullet(brief.guidance))
+        parts.append("Guidance:\n" + prompts.bullet(brief.guidance))
     if brief.feedback:
         parts.append(brief.feedback)
     return "\n\n".join(parts)

@@ -58,6 +58,7 @@ STARTED_WITH = (
     "done-when-done",
     "invalid-answers-coached",
     "rejected-calls-not-asked-again",
+    "stalled-steps-restart",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

@@ -46,6 +46,7 @@ async def test_a_run_repeating_one_call_is_held_stalled_and_guidance_carries_it_
         acceptance=OUTPUT_ACCEPTANCE,
         tools=["read_file", "write_file"],
         labels={"watch": label},
+        watchdog={"restarts": 0},
     )
     run = await wait_run(run_id, _paused)
     assert (run["status"], run["pause_reason"]) == ("paused", "stalled"), run
@@ -101,6 +102,74 @@ async def test_a_run_repeating_one_call_is_held_stalled_and_guidance_carries_it_
     await replays_and_is_kept(client, run_id, "agent_stalled_and_guided")
 
 
+async def test_a_step_going_round_in_circles_starts_afresh_before_anyone_is_asked(
+    api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    marker = "agent-circles"
+    standin.scenario(
+        [
+            {"match": marker, "role": "plan", "json": plan(("look", "find what to write"))},
+            # Six reads of the same missing file: told at the third, stalled at the sixth.
+            {
+                "match": marker,
+                "role": "act",
+                "times": 6,
+                "tool_calls": [{"name": "read_file", "arguments": {"path": "todo.txt"}}],
+            },
+            # Afresh, told why, the model writes the file.
+            act("went nowhere", ("write_file", {"path": "out.txt", "content": "ok"})),
+        ]
+    )
+    run_id = await start(
+        api,
+        goal=f"{marker}: write ok into out.txt",
+        acceptance=OUTPUT_ACCEPTANCE,
+        tools=["read_file", "write_file"],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    assert run["pending_approvals"] == [] and run["figures"]["stalls"] == 0, run
+    assert run["figures"]["restarts"] == 1, run["figures"]
+    [fresh] = standin.calls("went nowhere", role="act")
+    # The circling conversation was set aside: the step's first turn again, told why.
+    assert not any(m["role"] == "tool" for m in fresh["messages"]), fresh["messages"]
+    said = fresh["messages"][-1]["content"]
+    assert "read_file" in said and "do it another way" in said, said
+    audit = (await api.get(f"/v1/runs/{run_id}/audit")).json()
+    restarted = [e for e in audit["entries"] if e["action"] == "restarted"]
+    assert len(restarted) == 1 and restarted[0]["actor"] == "longrun", audit
+    await replays_and_is_kept(client, run_id, "agent_stalled_step_restarted")
+
+
+async def test_a_step_restarted_as_often_as_allowed_is_then_held(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    marker = "agent-circles-on"
+    standin.scenario(
+        [
+            {"match": marker, "role": "plan", "json": plan(("do", "do it"))},
+            {
+                "match": marker,
+                "role": "act",
+                "tool_calls": [{"name": "shell", "arguments": {"command": "true"}}],
+            },
+        ]
+    )
+    run_id = await start(
+        api,
+        goal=f"{marker}: write ok into out.txt",
+        acceptance=OUTPUT_ACCEPTANCE,
+        tools=["write_file"],
+        watchdog={"invalid_answers": 2, "restarts": 1},
+    )
+    run = await wait_run(run_id, _paused)
+    assert (run["status"], run["pause_reason"]) == ("paused", "stalled"), run
+    assert run["figures"]["restarts"] == 1, run["figures"]
+    # Told, then stalled (4 answers); afresh, told again, then stalled and held (4 more).
+    assert len(standin.calls(marker, role="act")) == 8
+    await api.post(f"/v1/runs/{run_id}/cancel")
+
+
 async def test_a_stalled_run_left_alone_fails_stalled(
     api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:
@@ -121,7 +190,7 @@ async def test_a_stalled_run_left_alone_fails_stalled(
         goal=f"{marker}: write ok into out.txt",
         acceptance=OUTPUT_ACCEPTANCE,
         tools=["write_file"],
-        watchdog={"invalid_answers": 2, "decide_within_s": 2},
+        watchdog={"invalid_answers": 2, "decide_within_s": 2, "restarts": 0},
     )
     run = await wait_run(run_id)
     assert run["status"] == "failed", run
@@ -160,7 +229,7 @@ async def test_a_person_who_rejects_going_on_fails_the_stalled_run(
         goal=f"{marker}: write ok into out.txt",
         acceptance=OUTPUT_ACCEPTANCE,
         tools=["read_file"],
-        watchdog={"repeats": 2},
+        watchdog={"repeats": 2, "restarts": 0},
     )
     run = await wait_run(run_id, _paused)
     assert run["pause_reason"] == "stalled", run
@@ -193,7 +262,7 @@ async def test_turns_without_a_verified_step_hold_the_run(
         goal=f"{marker}: write ok into out.txt",
         acceptance=OUTPUT_ACCEPTANCE,
         tools=["read_file"],
-        watchdog={"turns_without_progress": 2},
+        watchdog={"turns_without_progress": 2, "restarts": 0},
     )
     run = await wait_run(run_id, _paused)
     assert run["pause_reason"] == "stalled", run

@@ -98,6 +98,8 @@ def _count(figures: RunFigures, event: RunEvent) -> None:
         figures.model_pauses += 1
     elif event.type == "run.paused" and data.get("reason") == "stalled":
         figures.stalls += 1
+    elif event.type == "step.restarted":
+        figures.restarts += 1
     elif event.type == "run.resumed":
         figures.resumes += 1
     elif event.type == "budget.changed":

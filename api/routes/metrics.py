@@ -48,6 +48,9 @@ class Drift(BaseModel):
     stalls_per_run: float | None = Field(
         None, description="times the watchdog held a run that made no progress, per run"
     )
+    restarts_per_run: float | None = Field(
+        None, description="agent steps that went nowhere and were started afresh, per run"
+    )
 
 
 class Metrics(BaseModel):
@@ -119,7 +122,8 @@ async def _measure(
     durations: list[float] = []
     met = recovered = unrecorded = 0
     interventions = {"approvals": 0, "guidance": 0, "budget_changes": 0, "resumes": 0}
-    verified = failed_verifications = premature = replans = stalls = recorded = 0
+    verified = failed_verifications = premature = replans = stalls = restarts = 0
+    recorded = 0
     for wf in runs:
         outcome = run_status(wf.status, None)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
@@ -141,6 +145,7 @@ async def _measure(
         premature += figures.premature_completions
         replans += figures.replans
         stalls += figures.stalls
+        restarts += figures.restarts
     total = len(runs)
     people = interventions["approvals"] + interventions["budget_changes"] + interventions["resumes"]
     return Metrics(
@@ -159,6 +164,7 @@ async def _measure(
             premature_completions_per_run=_ratio(premature, recorded),
             replans_per_run=_ratio(replans, recorded),
             stalls_per_run=_ratio(stalls, recorded),
+            restarts_per_run=_ratio(restarts, recorded),
         ),
         runs_without_figures=unrecorded,
         truncated=truncated,

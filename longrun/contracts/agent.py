@@ -42,6 +42,13 @@ class Watchdog(_Strict):
         le=365 * 24 * 3600,
         description="how long a stalled run waits for a person before it fails: stalled",
     )
+    restarts: int = Field(
+        2,
+        ge=0,
+        le=20,
+        description="times a step that goes round in circles is set aside and started "
+        "afresh (told why) before the run is held for a person",
+    )
 
 
 class AgentSpec(BaseModel):
@@ -102,6 +109,7 @@ class PlanItem(BaseModel):
     summary: str | None = None
     verification: str | None = None
     guidance: list[str] = Field(default_factory=list)
+    restarts: int = 0  # times the step was set aside, stalled, and started afresh
 
 
 class CriterionState(BaseModel):

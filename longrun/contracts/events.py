@@ -19,6 +19,7 @@ EventType = Literal[
     "approval.reminder",
     "approval.escalated",
     "step.verified",
+    "step.restarted",
     "plan.made",
     "acceptance.failed",
     "phase",
@@ -65,6 +66,9 @@ class RunFigures(BaseModel):
         0, description="times the agent claimed the goal met while a criterion failed"
     )
     stalls: int = Field(0, description="times the watchdog held the run: no progress")
+    restarts: int = Field(
+        0, description="agent steps set aside, going nowhere, and started afresh unasked"
+    )
     replayed_calls: int = Field(
         0, description="a counterfactual fork's tool calls answered from the recording"
     )
@@ -77,6 +81,7 @@ class RunFigures(BaseModel):
             or self.model_pauses
             or self.replans
             or self.stalls
+            or self.restarts
         )
 
     def interventions(self) -> int:

@@ -45,6 +45,10 @@ RECOVERY_LIMIT_S = 300.0
 # Temporal and scores it "stuck" (a run whose workflow tasks keep failing never ends).
 CANCEL_GRACE_S = 120.0
 STANDIN_CHAOS_READ_TPS = 400.0  # prompt tokens a second: an agent's call takes seconds
+TRAIL_EVENTS = 80  # the latest events of a failed attempt's run kept in the results
+TRAIL_CHARS = 240  # of one event there
+# What a trail leaves out: the run's bookkeeping, not what it did.
+TRAIL_SKIPS = ("usage", "phase", "audit", "step.started")
 
 
 @dataclass
@@ -79,6 +83,7 @@ class Attempt:
     cost_usd: float = 0.0
     model_calls: int = 0
     input_tokens: int = 0  # prompt tokens over all its model calls
+    trail: list[str] = field(default_factory=list)  # a failed run's latest events, in short
 
 
 @dataclass
@@ -295,6 +300,29 @@ class Eval:
             found.insert(0, f"did not end within {self.options.timeout_s:g} s")
         attempt.failures = found
         attempt.passed = not found
+        if found:
+            attempt.trail = await self._trail(attempt.run_id)
+
+    async def _trail(self, run_id: str) -> list[str]:
+        """What a run did, in short (its latest events), to read why it failed."""
+        lines: list[str] = []
+        after = 0
+        while True:
+            answer = await self._retrying(
+                "GET", f"/v1/runs/{run_id}/events/page", params={"after": after, "limit": 500}
+            )
+            if answer.status_code != 200:
+                return [*lines, f"events: {answer.status_code} {answer.text[:200]}"]
+            page = answer.json()
+            for event in page["events"]:
+                if event["type"] in TRAIL_SKIPS:
+                    continue
+                step = f" {event['step']}" if event.get("step") else ""
+                data = json.dumps(event.get("data") or {}, sort_keys=True)
+                lines.append(f"{event['type']}{step} {data}"[:TRAIL_CHARS])
+            if page["ended"] or not page["events"]:
+                return lines[-TRAIL_EVENTS:]
+            after = page["next_after"]
 
     async def _follow(self, task: Task, run_id: str, started: float) -> dict[str, Any]:
         """Poll the run until it ends, answering its approvals as the task says; cancel it

@@ -14,10 +14,11 @@ from workflows.agent.briefs import MAX_ARGUMENT_CHARS
 from workflows.agent.checks import Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
-from workflows.agent.watchdog import ProgressWatch, StallGate, call_key
+from workflows.agent.watchdog import DECIDER, ProgressWatch, StallGate, call_key
 from workflows.common import (
     StepFailed,
     changed,
+    cut,
     failure_of,
     patched,
     policy_urls_whole,
@@ -53,6 +54,11 @@ OBSERVATION_CHARS = 1500
 # Runs started with it do not ask a person again for a call they rejected.
 NO_REASK_CHANGE = "rejected-calls-not-asked-again"
 REJECTED_KEPT = 20  # rejected calls remembered, the latest
+# Runs started with it set a stalled step's conversation aside and start the step afresh
+# (told why) before they hold the run for a person, up to `Watchdog.restarts` times a step.
+RESTART_CHANGE = "stalled-steps-restart"
+# What a restart can help: the model going round in circles, not a phase out of time.
+RESTARTABLE = ("repeated_call", "repeated_output", "invalid_answers", "no_progress")
 
 
 class Actor:
@@ -179,13 +185,32 @@ class Actor:
         return failures
 
     async def held(self, item: PlanItem | None) -> str | None:
-        """If the watchdog saw the run stall, hold it for a person: the guidance they gave
-        to go on with (a rejection fails the run); None if it did not stall."""
+        """If the watchdog saw the run stall, start the step afresh when it may, or else
+        hold the run for a person: the guidance to go on with (a rejection fails the run);
+        None if it did not stall."""
         if self.watch is None or self.watch.stall is None:
             return None
-        guidance = await self._gate.hold(self.watch.stall, item)
+        stall = self.watch.stall
+        if item is not None and self._restarts(item, stall.evidence.get("kind")):
+            item.restarts += 1
+            p = self._parts
+            p.audit.record(DECIDER, "restarted", f"{item.id}: {stall.why}", event=False)
+            p.events.emit("step.restarted", item.id, detail=stall.why, restarts=item.restarts)
+            guidance = (
+                f"{DECIDER}: an earlier try at this step went nowhere ({cut(stall.why, 300)}) "
+                "and was set aside; do it another way"
+            )
+            item.guidance.append(guidance)
+        else:
+            guidance = await self._gate.hold(stall, item)
         self.watch.forgive()
         return guidance
+
+    def _restarts(self, item: PlanItem, kind: object) -> bool:
+        """Whether a stall of `kind` on `item` starts the step afresh instead of holding."""
+        if kind not in RESTARTABLE or item.restarts >= self._spec.watchdog.restarts:
+            return False
+        return changed(RESTART_CHANGE)
 
     def _brief(self, item: PlanItem, feedback: str | None) -> Brief:
         inp = self._parts.inp
