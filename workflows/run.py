@@ -191,7 +191,8 @@ class RunWorkflow:
         approvals, requests = self._p.approvals, self._p.requests
         if decision.request_id is not None:
             refusal = approvals.refusal(decision)
-            if refusal is not None and refusal[0] == "UnknownApproval":
+            unknown = refusal is not None and refusal[0] == "UnknownApproval"
+            if unknown and not decision.unseen:
                 requests.defer(decision)  # taken once the run asks (see Requests.defer)
                 return
             requests.handle(decision.request_id, refusal, partial(approvals.decide, decision))

@@ -88,6 +88,18 @@ async def decide_approval(
         digest=body.digest,
         roles=sorted(caller.roles),
     )
+    ended = partial(_ended_decision, handle, run_id, approval_id)
+    if body.grant is None:
+        # Straight to the run, which takes it or says why not (another call's digest,
+        # another role, decided already) in one round. One it has not asked for it
+        # refuses, sent so: it may be a child run's, or shown by a worker that died
+        # before recording it, which the run's status tells.
+        try:
+            unseen = decision.model_copy(update={"unseen": True})
+            await _ask(handle, run_id, wire.DECIDE, unseen, ended=ended)
+            return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' taken")
+        except _NotAsked:
+            decision.request_id = request_id()
     # The run takes a decision on a request it has not asked for (yet) once it does; so an
     # approval the run never asked for is refused here.
     state = await query_state(handle)
@@ -114,7 +126,6 @@ async def decide_approval(
             **body.grant.model_dump(exclude_unset=True),
         )
         grant = await grant_for(spec, client, settings, caller)
-    ended = partial(_ended_decision, handle, run_id, approval_id)
     if grant is None:
         await _ask(handle, run_id, wire.DECIDE, decision, ended=ended)
         return Accepted(run_id=run_id, detail=f"{body.decision} of '{approval_id}' taken")
@@ -164,6 +175,10 @@ async def _ended_decision(handle: WorkflowHandle[Any, Any], run_id: str, approva
     raise HTTPException(409, f"{decided}run '{run_id}' has already ended")
 
 
+class _NotAsked(HTTPException):
+    """The run refused a decision on an approval it has not asked for."""
+
+
 async def _ask(
     handle: WorkflowHandle[Any, Any],
     run_id: str,
@@ -191,6 +206,8 @@ async def _ask(
             if outcome.taken:
                 return
             code = REFUSAL_STATUS.get(outcome.kind or "", 409)
+            if outcome.kind == "UnknownApproval":
+                raise _NotAsked(code, outcome.message or "refused")
             raise HTTPException(code, outcome.message or "refused")
     raise HTTPException(
         503,

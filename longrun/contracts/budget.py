@@ -161,6 +161,9 @@ class ApprovalDecision(_Strict):
     digest: str | None = None
     # The roles of who decides: an escalated request takes only its role's (or admin's).
     roles: list[Role] = Field(default_factory=list)
+    # Sent before the API saw the request in the run's status: a run that has not asked
+    # for it refuses it (UnknownApproval) instead of keeping it for when it does.
+    unseen: bool = False
 
 
 class RequestOutcome(BaseModel):
