@@ -59,6 +59,7 @@ STARTED_WITH = (
     "invalid-answers-coached",
     "rejected-calls-not-asked-again",
     "stalled-steps-restart",
+    "steps-need-evidence",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

@@ -163,9 +163,7 @@ async def test_failing_verification_replans_then_asks_a_person(
     assert len(standin.calls(marker, role="plan")) == 3  # the plan and two replans
     assert [p["status"] for p in run["plan"]] == ["failed", "failed", "waiting_approval"]
 
-    standin.scenario(
-        [act("Guidance from people", ("write_file", {"path": "output.txt", "content": "ok"}))]
-    )
+    standin.scenario([act("Guidance:", ("write_file", {"path": "output.txt", "content": "ok"}))])
     response = await api.post(
         f"/v1/runs/{run_id}/approvals/{help_request['approval_id']}",
         json={"decision": "approve", "comment": "write ok into output.txt"},
@@ -173,7 +171,7 @@ async def test_failing_verification_replans_then_asks_a_person(
     assert response.status_code == 202
     run = await wait_run(run_id)
     assert run["status"] == "completed", run
-    guided = standin.calls("Guidance from people", role="act")
+    guided = standin.calls("Guidance:", role="act")
     assert "write ok into output.txt" in guided[0]["messages"][1]["content"]
 
 
@@ -324,7 +322,7 @@ async def test_a_note_written_early_is_recalled_where_it_matters(
                 "json": plan(
                     ("learn", "look around"),
                     ("filler", "tidy the workspace"),
-                    ("use", "read the deploy token from its vault path"),
+                    ("use", "recall the vault path of the token"),
                 ),
             },
             act("agent-memory", ("note", {"text": fact, "kind": "fact"})),
@@ -340,7 +338,7 @@ async def test_a_note_written_early_is_recalled_where_it_matters(
     use_brief = next(
         c["messages"][1]["content"]
         for c in acts
-        if "Your step now: read the deploy token" in c["messages"][1]["content"]
+        if "Your step now: recall the vault path of the token" in c["messages"][1]["content"]
     )
     assert "Notes from the journal" in use_brief
     assert fact in use_brief
@@ -609,3 +607,47 @@ async def test_a_call_a_person_rejected_is_not_asked_again(
     told = standin.calls("agent-no", role="act")[2]["messages"][-1]["content"]
     assert "already rejected this exact call" in told
     await replays_and_is_kept(client, run_id, "agent_rejected_not_asked_again")
+
+
+async def test_a_step_asking_for_a_tools_work_with_no_tool_run_fails_without_the_judge(
+    api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    marker = "agent-claims"
+    standin.scenario(
+        [
+            {
+                "match": marker,
+                "role": "plan",
+                "json": plan(("write", "Write ok into out.txt"), ("tell", "Say it is done")),
+            },
+            # A claim with nothing to show for it, then the write asked for.
+            act(marker, reply="I wrote ok into out.txt."),
+            act("no tool ran in this step", ("write_file", {"path": "out.txt", "content": "ok"})),
+            act(marker, reply="wrote it"),
+            # Only the write's step and the step that needs no tool reach the judge.
+            {
+                "match": "This step is done",
+                "role": "judge",
+                "json": {"passed": True, "reason": "done"},
+            },
+        ]
+    )
+    run_id = await start(
+        api,
+        goal=f"{marker}: write ok into out.txt and say so",
+        acceptance=[{"id": "said", "check": {"judge": "the agent said it is done"}}],
+        tools=["write_file"],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    first, second = run["plan"]
+    assert first["status"] == "completed" and second["status"] == "completed", run["plan"]
+    page = {"limit": 500, "wait_s": 5}
+    events = (await api.get(f"/v1/runs/{run_id}/events/page", params=page)).json()["events"]
+    verified = [e["data"] for e in events if e["type"] == "step.verified"]
+    assert [v["passed"] for v in verified] == [False, True, True], verified
+    assert verified[0]["evidence"].startswith("no tool ran in this step"), verified[0]
+    # The claim never reached the judge: the write's step and the step needing no tool did.
+    judged = standin.calls("This step is done", role="judge")
+    assert len(judged) == 2 and not any("I wrote ok" in str(c["messages"]) for c in judged)
+    await replays_and_is_kept(client, run_id, "agent_step_without_a_tool_not_passed")

@@ -3,7 +3,9 @@ pass before a run may call itself complete. Runs started with `done-when-done` a
 their criteria as soon as a tool call changed something (when every criterion is a tool's,
 so checking costs no model call), and do not complete without a change when the goal asks
 for one (it says to write, post, send...), no criterion of a tool's proves it, and a tool
-of the run could make it."""
+of the run could make it. Runs started with `steps-need-evidence` fail a step that asks
+for a tool's work (to write, read, fetch, run...) in which no tool ran, without asking the
+judge: a small model's judge passes a claim with nothing to show for it."""
 
 from __future__ import annotations
 
@@ -32,6 +34,18 @@ ASKS_FOR_CHANGE = re.compile(
     r"move|deploy|install|upload|commit)\b",
     re.IGNORECASE,
 )
+# A step that says one of these asks for a tool's work: with no tool run, it is not done.
+ASKS_FOR_A_TOOL = re.compile(
+    rf"{ASKS_FOR_CHANGE.pattern}|\b(read|fetch|get|download|request|run|execute|call|query)\b",
+    re.IGNORECASE,
+)
+# Runs started with it fail, without asking the judge, a step that asks for a tool's work
+# in which no tool ran.
+STEPS_NEED_EVIDENCE = "steps-need-evidence"
+NO_TOOL_RAN = (
+    "no tool ran in this step, and it asks for what a tool does: nothing shows it done. "
+    "Call the tool that does it"
+)
 NO_EFFECT = (
     "effect: no tool call of this run has changed anything yet (a write, a request that "
     "acts), and nothing else shows the goal met: do what it asks with the tools"
@@ -46,6 +60,8 @@ class Checker:
         self._spec = spec
         self._state = state
         self.done_when_done = False  # the loop sets it for runs started with the change
+        self.steps_need_evidence = False  # likewise
+        self._tools = bool(spec.tools)
         tool_checks = [isinstance(c.check, ToolCheck) for c in spec.acceptance]
         # Every criterion a tool's: checked after each change, for no model call.
         self.checks_cheaply = bool(tool_checks) and all(tool_checks)
@@ -61,6 +77,9 @@ class Checker:
     async def verify_step(self, item: PlanItem) -> Verdict:
         """Whether the step the model claims done shows its expected evidence."""
         self._state.enter("verifying")
+        if self._shows_nothing(item):
+            self._state.last_check = f"{item.id}: failed"
+            return Verdict(passed=False, evidence=NO_TOOL_RAN)
         verdict = await self._check(
             VerifyActivities.step,
             item.id,
@@ -75,6 +94,12 @@ class Checker:
         )
         self._state.last_check = f"{item.id}: {'passed' if verdict.passed else 'failed'}"
         return verdict
+
+    def _shows_nothing(self, item: PlanItem) -> bool:
+        """Whether the step asks for a tool's work and no tool ran in it."""
+        if not (self.steps_need_evidence and self._tools) or self._state.observations:
+            return False
+        return ASKS_FOR_A_TOOL.search(item.intent) is not None
 
     async def acceptance(self) -> str:
         """Check every criterion; the failures as text, empty when all pass."""

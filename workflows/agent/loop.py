@@ -17,7 +17,7 @@ from temporalio import workflow
 
 from workflows.agent import briefs
 from workflows.agent.acting import MEMORY_PATCH, Actor
-from workflows.agent.checks import DONE_WHEN_DONE, Checker
+from workflows.agent.checks import DONE_WHEN_DONE, STEPS_NEED_EVIDENCE, Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
 from workflows.agent.watchdog import (
@@ -72,6 +72,7 @@ class AgentLoop:
         s = self.state
         s.context = patched(CONTEXT_PATCH)
         self._checker.done_when_done = changed(DONE_WHEN_DONE)
+        self._checker.steps_need_evidence = changed(STEPS_NEED_EVIDENCE)
         if watching(s):
             ledger = self._parts.ledger
             self._watch = self._actor.watch = ProgressWatch(
