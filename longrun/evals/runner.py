@@ -309,7 +309,9 @@ class Eval:
         after = 0
         while True:
             answer = await self._retrying(
-                "GET", f"/v1/runs/{run_id}/events/page", params={"after": after, "limit": 500}
+                "GET",
+                f"/v1/runs/{run_id}/events/page",
+                params={"after": after, "limit": 500, "wait_s": 5},  # the first read waits
             )
             if answer.status_code != 200:
                 return [*lines, f"events: {answer.status_code} {answer.text[:200]}"]
