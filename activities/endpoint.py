@@ -42,6 +42,7 @@ RETRYABLE_STATUS = frozenset({408, 409, 429})
 # Room kept between a prompt's estimate and the window, for what the estimate misses.
 WINDOW_MARGIN_TOKENS = 256
 MIN_ANSWER_TOKENS = 16
+ROUTE_AFTER = 3  # answers in a row with a tool call not read, before a model is routed
 CONNECT_TIMEOUT_S = 10.0
 # "This model's maximum context length is 8192 tokens" (OpenAI, vLLM), "exceed context
 # window of 8192" (llama.cpp), "context length of 8192" and the like.
@@ -102,6 +103,7 @@ class Endpoint:
         self.fixed_mode: Mode | None = None  # a way to ask for JSON that overrides settings
         self.paces = Paces()  # how fast each model reads and writes, from streamed calls
         self._routed: set[str] = set()  # models whose tool calls longrun routes
+        self._unreadable: dict[str, int] = {}  # answers in a row with a call not read
 
     def client(self) -> AsyncOpenAI:
         """The openai client for this server (no retries of its own: Temporal retries)."""
@@ -172,20 +174,30 @@ class Endpoint:
         return self._settings.tool_choice == "routed" or model in self._routed
 
     def route(self, model: str, why: str) -> bool:
-        """Route `model`'s tool calls from now on, because of `why` (unless settings say
-        never); whether they are."""
+        """An answer of `model` tried to call a tool and no call could be read from it
+        (`why`): whether that turn is asked again routed (unless settings say never). After
+        ROUTE_AFTER such answers in a row, its calls are routed from then on: one bad
+        answer of a model that mostly calls well is no reason to ask it otherwise (a small
+        model asked for one JSON action may copy the tools' schemas instead)."""
         if self._settings.tool_choice == "native":
             return False
-        if model not in self._routed:
+        self._unreadable[model] = self._unreadable.get(model, 0) + 1
+        if self._unreadable[model] >= ROUTE_AFTER and model not in self._routed:
             log.warning(
-                "%s: model %s calls tools badly with auto tool choice (%s); longrun routes "
-                "its tool calls from now on",
+                "%s: model %s called tools badly with auto tool choice %d times in a row "
+                "(%s); longrun routes its tool calls from now on",
                 self.url,
                 model,
+                self._unreadable[model],
                 why,
             )
             self._routed.add(model)
         return True
+
+    def read_well(self, model: str) -> None:
+        """An answer of `model` called a tool in a way that was read: the count of answers
+        in a row that were not starts again."""
+        self._unreadable.pop(model, None)
 
     # --- calls ------------------------------------------------------------------------------
 

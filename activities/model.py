@@ -238,24 +238,26 @@ class ModelActivities:
     ) -> tuple[str | None, list[ToolCallRequest], ModelUsage]:
         """The actor's answer: with the tools offered as the server takes them ("auto"
         tool choice), or routed by longrun for a model that calls tools badly that way
-        (learned on its first bad answer, which is then asked again routed)."""
+        (an answer with a call that cannot be read is asked again routed; a model that
+        gives several in a row is routed from then on). Calls written as text are read
+        first, and go back into the conversation as native calls; one that lacks an
+        argument is the run's to refuse, with arguments of the shape its tool asks for."""
         within = allowance(req.time_left_s)
         spent = ModelUsage(model=req.model)
         if not self.endpoint.routes(req.model):
             answer = await self.endpoint.call(
                 req.model, messages, max_tokens=wanted, within_s=within, tools=tools
             )
-            why = None
-            if not answer.tool_calls and answer.content:
-                # Calls written as text are read before anything else is tried; whole, they
-                # go back into the conversation as native calls.
-                written = routing.text_calls(answer.content, tools, len(messages))
-                why = routing.missing_arguments(written, tools) if written else None
-                if written and why is None:
-                    return None, written, answer.usage
-            why = why or routing.calls_badly(answer.content, answer.tool_calls, tools)
-            if why is None or not self.endpoint.route(req.model, why):
+            if answer.tool_calls:
+                self.endpoint.read_well(req.model)
                 return answer.content, answer.tool_calls, answer.usage
+            written = routing.text_calls(answer.content or "", tools, len(messages))
+            if written:
+                self.endpoint.read_well(req.model)
+                return None, written, answer.usage
+            why = routing.calls_badly(answer.content, [], tools)
+            if why is None or not self.endpoint.route(req.model, why):
+                return answer.content, [], answer.usage
             spent = answer.usage
         text, answer = await self.endpoint.structured(
             req.model,

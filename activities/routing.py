@@ -105,23 +105,6 @@ def text_calls(content: str, tools: list[dict[str, Any]], turn: int) -> list[Too
     ]
 
 
-def missing_arguments(calls: list[ToolCallRequest], tools: list[dict[str, Any]]) -> str | None:
-    """What a call read from text lacks that its offered tool requires, or None. A model
-    that writes calls as text without what they need writes them whole when routed (one
-    action, its tool's arguments described), which is asked instead."""
-    required = {
-        t["function"]["name"]: t["function"].get("parameters", {}).get("required", [])
-        for t in tools
-        if "function" in t
-    }
-    for call in calls:
-        args = _loaded(call.arguments)
-        lacking = [k for k in required.get(call.name, []) if k not in args]
-        if lacking:
-            return f"it wrote a call of {call.name} as text without {', '.join(lacking)}"
-    return None
-
-
 def calls_badly(
     content: str | None, calls: list[ToolCallRequest], tools: list[dict[str, Any]]
 ) -> str | None:

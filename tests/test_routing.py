@@ -1,6 +1,7 @@
 """Tool calls a model writes as text, as small models on llama.cpp do, are read as calls
 however they are written; a model that tries and writes no call that can be read gets the
-turn asked again for one structured action, and its calls routed from then on."""
+turn asked again for one structured action, and after several such answers in a row its
+calls are routed from then on."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import httpx
 from temporalio.worker import Worker
 
 from activities import routing
+from activities.endpoint import ROUTE_AFTER, Endpoint
 from longrun import prompts
 from longrun.contracts import ToolCallRequest
 from longrun.dev.standin import PROFILES
+from longrun.settings import Settings
 from tests.helpers import Poll, StandIn
 from tests.test_agent import act, plan, start
 from tests.test_watchdog import OUTPUT_ACCEPTANCE
@@ -80,13 +83,26 @@ async def test_a_call_that_cannot_be_read_gets_the_turn_asked_again_routed(
     run = await wait_run(run_id)
     assert run["status"] == "completed", run
     acts = standin.calls(marker, role="act")
-    assert [bool(c["tools"]) for c in acts] == [True, False, False]
-    assert all(
-        any(prompts.ROUTED_ACTION in str(m["content"]) for m in c["messages"]) for c in acts[1:]
-    )
-    # The routed turn sees the earlier call and its result as plain turns.
-    assert not any(m["role"] == "tool" for m in acts[2]["messages"])
-    assert any("Tool result:" in str(m["content"]) for m in acts[2]["messages"])
+    # One bad answer is asked again routed; the model is not routed for it from then on.
+    assert [bool(c["tools"]) for c in acts] == [True, False, True]
+    assert any(prompts.ROUTED_ACTION in str(m["content"]) for m in acts[1]["messages"])
+    # The turn after sees the routed call and its result as a native call and its result.
+    assert any(m["role"] == "tool" for m in acts[2]["messages"])
+
+
+def test_a_model_is_routed_after_several_unreadable_answers_in_a_row() -> None:
+    endpoint = Endpoint(Settings())
+    why = "it wrote a tool call as text that could not be read"
+    for _ in range(ROUTE_AFTER - 1):
+        assert endpoint.route("m", why) and not endpoint.routes("m")
+    endpoint.read_well("m")  # a call read: the count starts again
+    for _ in range(ROUTE_AFTER - 1):
+        endpoint.route("m", why)
+    assert not endpoint.routes("m")
+    endpoint.route("m", why)
+    assert endpoint.routes("m") and not endpoint.routes("other")
+    native = Endpoint(Settings(LONGRUN_TOOL_CHOICE="native"))
+    assert not any(native.route("m", why) for _ in range(ROUTE_AFTER)) and not native.routes("m")
 
 
 def test_calls_written_as_text_are_read_however_they_are_written() -> None:
@@ -109,19 +125,11 @@ def test_calls_written_as_text_are_read_however_they_are_written() -> None:
     # lists the tools it may call.
     stray = routing.text_calls('{"name": "compute_sum", "arguments": {"a": 1}}', TOOLS, 1)
     assert [c.name for c in stray] == ["compute_sum"]
-    # A call read whole runs as written; one without what its tool requires is asked again,
-    # routed (Qwen2.5-Coder's first write_file came without its content).
-    required = [
-        {
-            "type": "function",
-            "function": {"name": "write_file", "parameters": {"required": ["path", "content"]}},
-        }
-    ]
-    lacking = routing.text_calls('{"name": "write_file", "arguments": {"path": "a"}}', required, 1)
-    assert routing.missing_arguments(lacking, required) == (
-        "it wrote a call of write_file as text without content"
-    )
-    assert routing.missing_arguments(read, required) is None
+    # A call read whole runs as written; one without what its tool requires is read too:
+    # the run refuses it with arguments of its tool's shape (asked again routed, Qwen2.5-
+    # Coder copied the tools' schemas instead).
+    lacking = routing.text_calls('{"name": "write_file", "arguments": {"path": "a"}}', TOOLS, 1)
+    assert [(c.name, c.arguments) for c in lacking] == [("write_file", '{"path": "a"}')]
     # Neither prose nor an echoed schema is a call.
     assert routing.text_calls("All done: the file is written.", TOOLS, 1) == []
     assert routing.text_calls('{"path": {"title": "Path"}}', TOOLS, 1) == []
