@@ -28,6 +28,14 @@ class Baseline(enum.Enum):
     PLAIN = "plain"
 
 
+class AgentStrategy(enum.Enum):
+    """How `longrun eval --strategy` has every goal-only run work (a run's `strategy`)."""
+
+    AUTO = "auto"
+    PLAN = "plan"
+    DIRECT = "direct"
+
+
 app = typer.Typer(
     name="longrun",
     help="Durable runs for long AI agent jobs, on Temporal.",
@@ -356,6 +364,13 @@ def eval_suite(
             "a plain tool loop without durability, plan or verification"
         ),
     ] = None,
+    strategy: Annotated[
+        AgentStrategy | None,
+        typer.Option(
+            help="every goal-only run's strategy (auto, plan, direct); default: the "
+            "server's, LONGRUN_AGENT_STRATEGY"
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option(help="where the JSON and the plot go")] = Path(
         "eval-results"
     ),
@@ -390,6 +405,7 @@ def eval_suite(
         seed=seed,
         max_duration_s=max_duration,
         baseline=baseline.value if baseline else None,
+        strategy=strategy.value if strategy else None,
     )
     try:
         outcome = run_suite(tasks, options, typer.echo)
@@ -398,6 +414,8 @@ def eval_suite(
         raise typer.Exit(143) from None
     found = scores(outcome)
     name = f"{model or 'standin'}-k{k}{'-chaos' if chaos else ''}"
+    if strategy is not None:
+        name += f"-{strategy.value}"
     rows = [(name, found)]
     against = None
     if baseline is not None:

@@ -65,6 +65,7 @@ class Options:
     seed: int = 0
     max_duration_s: float | None = None  # a time budget for every run (fail when used up)
     baseline: str | None = None  # "plain": the plain tool loop (longrun.evals.plain) beside
+    strategy: str | None = None  # every goal-only run's strategy; None: the server's
 
 
 @dataclass
@@ -259,7 +260,10 @@ class Eval:
         if self.options.model_url is None and task.standin:
             script = task.script(marker, self.fixture_url)
             await self._retrying("POST", f"{self.stack.standin_url}/_standin/rules", json=script)
-        return marker, task.body(marker, self.fixture_url, self.options.max_duration_s)
+        body = task.body(marker, self.fixture_url, self.options.max_duration_s)
+        if self.options.strategy is not None and "plan" not in body:
+            body["strategy"] = self.options.strategy
+        return marker, body
 
     async def _checked(
         self, task: Task, attempt: Attempt, run: dict[str, Any], workspace: Path
