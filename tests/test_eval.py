@@ -167,13 +167,15 @@ async def test_longrun_eval_scores_tasks_run_through_its_own_stack(tmp_path: Pat
 async def test_a_plain_loop_runs_beside_longrun_and_is_scored_alike(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "longrun.cli", "eval", str(SUITE), "--k", "1"]
     argv += ["--task", "goal-hello", "--task", "goal-order-rejected", "--baseline", "plain"]
-    argv += ["--out", str(tmp_path)]
+    argv += ["--strategy", "direct", "--out", str(tmp_path)]
     done = await asyncio.to_thread(
         subprocess.run, argv, cwd=REPO, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "| longrun, standin-k1 |" in done.stdout and "| plain loop, standin-k1 |" in done.stdout
-    result = json.loads((tmp_path / "standin-k1-vs-plain.json").read_text())
+    name = "standin-k1-direct"
+    assert f"| longrun, {name} |" in done.stdout and f"| plain loop, {name} |" in done.stdout
+    result = json.loads((tmp_path / f"{name}-vs-plain.json").read_text())
+    assert result["options"]["strategy"] == "direct"
     for found in (result["scores"], result["baseline_scores"]):
         assert (found["tasks"], found["attempts"], found["pass^1"]) == (2, 2, 1.0), found
         assert found["model_calls"] >= 2
