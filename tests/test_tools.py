@@ -334,6 +334,10 @@ async def test_http_404(tools: Tools, http_url: str) -> None:
     assert "answered 404" in err.message
     out = await tools.run("http_request", url=f"{http_url}/missing", raise_for_status=False)
     assert out["status"] == 404 and out["body"] == "no such thing"
+    # A method the server does not take: the answer says which it does.
+    err = await tools.fail("http_request", url=f"{http_url}/echo", method="DELETE")
+    assert err.non_retryable and "answered 405 (it allows " in err.message, err.message
+    assert "POST" in err.message.split(": set method")[0]
 
 
 async def test_http_body_is_truncated(tools: Tools, http_url: str) -> None:

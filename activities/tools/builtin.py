@@ -174,7 +174,12 @@ async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any
             retry_after_s=retry_after_seconds(response.headers.get("retry-after")),
         )
     if status >= 400 and args.raise_for_status:
-        raise fatal(f"{args.method} {args.url} answered {status}: {text[:500]}", type="HttpError")
+        # A model that sent GET where the goal said POST reads what to send instead.
+        allowed = response.headers.get("allow") if status == 405 else None
+        said = f" (it allows {allowed}: set method)" if allowed else ""
+        raise fatal(
+            f"{args.method} {args.url} answered {status}{said}: {text[:500]}", type="HttpError"
+        )
     result: dict[str, Any] = {
         "status": status,
         "headers": {k: v for k, v in response.headers.items() if k.lower() not in SECRET_HEADERS},
