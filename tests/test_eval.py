@@ -226,3 +226,28 @@ async def test_the_plain_loop_talks_to_a_llama_cpp_server_and_reads_calls_writte
     second = standin.calls("plain-hello", role="act")[1]["messages"]
     assert second[2]["role"] == "assistant" and second[2]["content"] == ""
     assert second[2]["tool_calls"][0]["function"]["name"] == "write_file"
+
+
+async def test_the_plain_loop_stops_itself_on_a_repeated_call_and_is_scored_by_what_it_did(
+    standin: StandIn, tmp_path: Path
+) -> None:
+    write = {"name": "write_file", "arguments": {"path": "hello.txt", "content": "hi"}}
+    standin.scenario([{"match": "plain-again", "role": "act", "tool_calls": [write]}])
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    loop = Loop(
+        run_id="plain-again",
+        goal="plain-again: write hi into hello.txt",
+        tools=["write_file"],
+        budget={"max_model_calls": 10},
+        decide="approve",
+        model=STANDIN_MODEL,
+        workspace=workspace,
+        settings=Settings(_env_file=None, LONGRUN_DATA_DIR=tmp_path),  # type: ignore[call-arg]
+    )
+    async with AsyncOpenAI(base_url=standin.base_url, api_key="x", max_retries=0) as client:
+        run = await loop.run(client)
+    # It knows no failure but a broken server or a budget: it stops, and the file counts.
+    assert (run["status"], run["error"]) == ("completed", None)
+    assert run["stopped"].startswith("the same call 3 times in a row: write_file")
+    assert run["usage"]["model_calls"] == 3 and (workspace / "hello.txt").read_text() == "hi"

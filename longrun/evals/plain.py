@@ -2,8 +2,10 @@
 write when they run an agent without durability. One conversation; the task's tools offered;
 each call the model asks for run at once in this process; a call written as text read as
 longrun reads it and put back into the conversation as a native call; done when the model
-answers without a call. No plan, no verification, no retries but the openai package's own,
-no history that outlives the process.
+answers without a call, or when it stops itself (the same call three times in a row, 20
+calls): such a loop knows no failure but a broken server or an exhausted budget, so it ends
+`completed` and what it did is scored. No plan, no verification, no retries but the openai
+package's own, no history that outlives the process.
 
 It gets what longrun gets, so the two are scored alike: the same model and server, longrun's
 own tool functions, the task's budget (model calls, time), the scorer's answer to a call that
@@ -56,6 +58,7 @@ class Loop:
     input_tokens: int = 0
     output_tokens: int = 0
     approvals: list[dict[str, Any]] = field(default_factory=list)
+    stopped: str | None = None  # why the loop stopped itself, if it did
 
     async def run(self, client: AsyncOpenAI) -> dict[str, Any]:
         """Work on the goal until the model answers without a call or a limit stops it;
@@ -71,6 +74,10 @@ class Loop:
             stop = self._over(started)
             if stop:
                 self._end("failed", stop)
+                break
+            if self.tool_calls >= MAX_CALLS:
+                self.stopped = f"{MAX_CALLS} tool calls made"
+                self._end("completed", None)
                 break
             try:
                 answer = await client.chat.completions.create(
@@ -118,7 +125,8 @@ class Loop:
                 reply = await self._call(name, arguments)
                 messages.append({"role": "tool", "tool_call_id": call_id, "content": reply})
             if len(last) == SAME_CALLS and len(set(last)) == 1:
-                self._end("failed", f"the same call {SAME_CALLS} times in a row: {last[0]}"[:500])
+                self.stopped = f"the same call {SAME_CALLS} times in a row: {last[0]}"[:500]
+                self._end("completed", None)
         return self.record(time.monotonic() - started)
 
     def _over(self, started: float) -> str | None:
@@ -128,8 +136,6 @@ class Loop:
         left = self._time_left(started)
         if left is not None and left <= 0:
             return "budget exhausted: out of time"
-        if self.tool_calls >= MAX_CALLS:
-            return f"{MAX_CALLS} tool calls made"
         return None
 
     def _time_left(self, started: float) -> float | None:
@@ -178,6 +184,7 @@ class Loop:
             "run_id": self.run_id,
             "status": self.status,
             "error": self.error,
+            "stopped": self.stopped,
             "steps": [],
             "approvals": self.approvals,
             "pending_approvals": [],
