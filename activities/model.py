@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -56,6 +57,10 @@ PLAN_WRITE_S = 60.0
 # Answers in a row that no repair made a plan, after which `auto` runs of that model go
 # direct on this worker without asking (a run's planning gives up after as many).
 BAD_PLANS = 3
+# A goal of one sentence this short is one step: `auto` runs act on it without a plan (a
+# small model's plan for it restates the goal, or reads the file it is asked to write).
+SMALL_GOAL_CHARS = 240
+_SENTENCE_END = re.compile(r"[.!?](?:\s+(?=[A-Z])|\s*$)")
 # The share of its activity's timeout a model call plans to use: the rest is for reading
 # the prompt slower than expected.
 CALL_SHARE = 0.8
@@ -149,6 +154,9 @@ class ModelActivities:
             bad = self._bad_plans.get(req.model, 0)
             if req.strategy == "auto" and bad >= BAD_PLANS:
                 why = f"model '{req.model}' gave no valid plan in its last {bad} answers here"
+                return PlanAttempt(direct=True, error=why, usage=ModelUsage(model=req.model))
+            if req.strategy == "auto" and req.context is None and small(req.goal):
+                why = "the goal is one short sentence: one step"
                 return PlanAttempt(direct=True, error=why, usage=ModelUsage(model=req.model))
             wanted = self._settings.max_output_tokens.plan
             sized = self._plan_steps_sized(req.model)
@@ -415,3 +423,11 @@ def _explain(exc: ValueError, text: str) -> str:
     else:
         problems = str(exc)
     return f"{problems} (answer began: {text[:200]!r})"
+
+
+def small(goal: str) -> bool:
+    """Whether a goal is one step: one sentence, on one line, within SMALL_GOAL_CHARS."""
+    text = goal.strip()
+    if len(text) > SMALL_GOAL_CHARS or "\n" in text:
+        return False
+    return len(_SENTENCE_END.findall(text)) <= 1

@@ -180,6 +180,9 @@ async def settings(
         LONGRUN_DATA_DIR=tmp_path / "data",
         # In-process workers stop at once at the end of a test (a deployment waits).
         LONGRUN_WORKER_SHUTDOWN_S=0,
+        # Goal-only runs plan, as the planner's scripted answers expect: `auto` would act
+        # at once on a goal of one short sentence. Tests of `auto` ask for it.
+        LONGRUN_AGENT_STRATEGY="plan",
     )
     yield test_settings
     await end_open_runs(client, test_settings.task_queue)

@@ -478,8 +478,11 @@ async def test_with_no_valid_plan_an_auto_run_works_on_the_goal_and_is_done_when
             act("agent-unplanned", ("write_file", {"path": "hello.txt", "content": "hello"})),
         ]
     )
-    goal = "agent-unplanned: write hello into hello.txt"
-    run_id = await start(api, goal=goal, acceptance=HELLO, tools=["write_file", "read_file"])
+    # Two sentences: more than `auto` acts on without asking for a plan.
+    goal = "agent-unplanned: write hello into hello.txt. Then say so."
+    run_id = await start(
+        api, goal=goal, acceptance=HELLO, tools=["write_file", "read_file"], strategy="auto"
+    )
     run = await wait_run(run_id)
     assert run["status"] == "completed", run
     assert len(standin.calls("agent-unplanned", role="plan")) == 3
@@ -504,7 +507,11 @@ async def test_with_no_valid_plan_an_auto_run_works_on_the_goal_and_is_done_when
         [act("agent-unplanned-2", ("write_file", {"path": "hello.txt", "content": "hello"}))]
     )
     again = await start(
-        api, goal="agent-unplanned-2: hello.txt", acceptance=HELLO, tools=["write_file"]
+        api,
+        goal="agent-unplanned-2: write hello.txt. Then say so.",
+        acceptance=HELLO,
+        tools=["write_file"],
+        strategy="auto",
     )
     run = await wait_run(again)
     assert run["status"] == "completed", run
@@ -512,6 +519,36 @@ async def test_with_no_valid_plan_an_auto_run_works_on_the_goal_and_is_done_when
     audit = await audit_of(api, again)
     [direct] = [e["detail"] for e in audit if e["action"] == "direct"]
     assert "gave no valid plan in its last 3 answers" in direct
+
+
+async def test_an_auto_run_acts_on_a_goal_of_one_short_sentence_without_a_plan(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.scenario(
+        [act("agent-small", ("write_file", {"path": "hello.txt", "content": "hello"}))]
+    )
+    goal = "agent-small: write hello into hello.txt."
+    run_id = await start(api, goal=goal, acceptance=HELLO, tools=["write_file"], strategy="auto")
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    assert standin.calls("agent-small", role="plan") == []
+    assert [(p["id"], p["intent"]) for p in run["plan"]] == [("goal", goal)]
+    audit = await audit_of(api, run_id)
+    assert [e["detail"] for e in audit if e["action"] == "direct"] == [
+        "the goal is one short sentence: one step"
+    ]
+    # A longer goal is planned.
+    standin.scenario([{"match": "agent-long", "role": "plan", "json": plan(("w", "write"))}])
+    longer = await start(
+        api,
+        goal="agent-long: write hello into hello.txt. Then read it back and say what it holds.",
+        acceptance=HELLO,
+        tools=["write_file"],
+        strategy="auto",
+    )
+    run = await wait_run(longer, lambda r: r["plan"] != [])
+    assert standin.calls("agent-long", role="plan") and run["plan"][0]["id"] != "goal", run
+    await api.post(f"/v1/runs/{longer}/cancel")
 
 
 async def test_a_direct_run_asks_no_planner(
