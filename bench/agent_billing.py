@@ -139,7 +139,12 @@ async def _longrun(api: httpx.AsyncClient, client: Client, standin: Any, steps: 
     standin.rules.extend(_rules(marker, steps))
     response = await api.post(
         "/v1/runs",
-        json={"goal": f"{marker}: {GOAL}", "tools": ["note"], "max_steps": 3 * steps},
+        json={
+            "goal": f"{marker}: {GOAL}",
+            "strategy": "plan",  # the scripted plan, though the goal is short
+            "tools": ["note"],
+            "max_steps": 3 * steps,
+        },
     )
     response.raise_for_status()
     run_id = response.json()["run_id"]

@@ -249,6 +249,7 @@ async def longrun_run(
         (await http.post(f"{standin_url}/_standin/rules", json=rules)).raise_for_status()
     body = {
         "goal": goal_of(marker, flaky_url, args.steps, args.tools_per_step),
+        "strategy": "plan",  # the scripted plan's steps, however short the goal
         "tools": ["http_request"],
         "max_steps": MAX_STEPS,
         "acceptance": [

@@ -400,6 +400,7 @@ def agent_run(tag: str, url: str) -> tuple[Run, list[dict[str, Any]]]:
     ]
     body = {
         "goal": f"{mark} write notes.txt, then POST a record to {url}",
+        "strategy": "plan",  # its two scripted steps, though the goal is one sentence
         "tools": ["write_file", "http_request"],
         "max_steps": 20,
         "acceptance": [

@@ -122,7 +122,12 @@ async def longrun_side(standin: StandIn, standin_url: str, steps: int, timeout_s
                 t0 = time.perf_counter()
                 response = await api.post(
                     "/v1/runs",
-                    json={"goal": f"{marker}: {GOAL}", "tools": ["echo"], "max_steps": 3 * steps},
+                    json={
+                        "goal": f"{marker}: {GOAL}",
+                        "strategy": "plan",  # the scripted plan, though the goal is short
+                        "tools": ["echo"],
+                        "max_steps": 3 * steps,
+                    },
                 )
                 response.raise_for_status()
                 run_id = response.json()["run_id"]
