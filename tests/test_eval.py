@@ -206,19 +206,7 @@ async def test_the_plain_loop_talks_to_a_llama_cpp_server_and_reads_calls_writte
         ]
     )
     workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    loop = Loop(
-        run_id="plain-test",
-        goal="plain-hello: write hi into hello.txt",
-        tools=["write_file"],
-        budget={"max_model_calls": 5},
-        decide="approve",
-        model=STANDIN_MODEL,
-        workspace=workspace,
-        settings=Settings(_env_file=None, LONGRUN_DATA_DIR=tmp_path),  # type: ignore[call-arg]
-    )
-    async with AsyncOpenAI(base_url=standin.base_url, api_key="x", max_retries=0) as client:
-        run = await loop.run(client)
+    run = await _loop_run(standin, "plain-hello", workspace, max_model_calls=5)
     assert (run["status"], run["error"]) == ("completed", None)
     assert (workspace / "hello.txt").read_text() == "hi"
     assert run["usage"]["model_calls"] == 2 and run["usage"]["tool_calls"] == 1
@@ -234,20 +222,27 @@ async def test_the_plain_loop_stops_itself_on_a_repeated_call_and_is_scored_by_w
     write = {"name": "write_file", "arguments": {"path": "hello.txt", "content": "hi"}}
     standin.scenario([{"match": "plain-again", "role": "act", "tool_calls": [write]}])
     workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    loop = Loop(
-        run_id="plain-again",
-        goal="plain-again: write hi into hello.txt",
-        tools=["write_file"],
-        budget={"max_model_calls": 10},
-        decide="approve",
-        model=STANDIN_MODEL,
-        workspace=workspace,
-        settings=Settings(_env_file=None, LONGRUN_DATA_DIR=tmp_path),  # type: ignore[call-arg]
-    )
-    async with AsyncOpenAI(base_url=standin.base_url, api_key="x", max_retries=0) as client:
-        run = await loop.run(client)
+    run = await _loop_run(standin, "plain-again", workspace, max_model_calls=10)
     # It knows no failure but a broken server or a budget: it stops, and the file counts.
     assert (run["status"], run["error"]) == ("completed", None)
     assert run["stopped"].startswith("the same call 3 times in a row: write_file")
     assert run["usage"]["model_calls"] == 3 and (workspace / "hello.txt").read_text() == "hi"
+
+
+async def _loop_run(
+    standin: StandIn, marker: str, workspace: Path, max_model_calls: int
+) -> dict[str, Any]:
+    """The plain loop, on the stand-in, asked to write hi into hello.txt in `workspace`."""
+    workspace.mkdir()
+    loop = Loop(
+        run_id=marker,
+        goal=f"{marker}: write hi into hello.txt",
+        tools=["write_file"],
+        budget={"max_model_calls": max_model_calls},
+        decide="approve",
+        model=STANDIN_MODEL,
+        workspace=workspace,
+        settings=Settings(_env_file=None, LONGRUN_DATA_DIR=workspace.parent),  # type: ignore[call-arg]
+    )
+    async with AsyncOpenAI(base_url=standin.base_url, api_key="x", max_retries=0) as client:
+        return await loop.run(client)

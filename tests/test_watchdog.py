@@ -22,6 +22,29 @@ def _paused(run: dict[str, Any]) -> bool:
     return run["status"] != "running"
 
 
+async def _calling_a_tool_it_lacks(
+    api: httpx.AsyncClient, standin: StandIn, marker: str, **watchdog: Any
+) -> str:
+    """A run of one planned step whose actor keeps calling a tool the run does not have."""
+    standin.scenario(
+        [
+            {"match": marker, "role": "plan", "json": plan(("do", "do it"))},
+            {
+                "match": marker,
+                "role": "act",
+                "tool_calls": [{"name": "shell", "arguments": {"command": "true"}}],
+            },
+        ]
+    )
+    return await start(
+        api,
+        goal=f"{marker}: write ok into out.txt",
+        acceptance=OUTPUT_ACCEPTANCE,
+        tools=["write_file"],
+        watchdog=watchdog,
+    )
+
+
 async def test_a_run_repeating_one_call_is_held_stalled_and_guidance_carries_it_on(
     api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:
@@ -145,23 +168,7 @@ async def test_a_step_restarted_as_often_as_allowed_is_then_held(
     api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:
     marker = "agent-circles-on"
-    standin.scenario(
-        [
-            {"match": marker, "role": "plan", "json": plan(("do", "do it"))},
-            {
-                "match": marker,
-                "role": "act",
-                "tool_calls": [{"name": "shell", "arguments": {"command": "true"}}],
-            },
-        ]
-    )
-    run_id = await start(
-        api,
-        goal=f"{marker}: write ok into out.txt",
-        acceptance=OUTPUT_ACCEPTANCE,
-        tools=["write_file"],
-        watchdog={"invalid_answers": 2, "restarts": 1},
-    )
+    run_id = await _calling_a_tool_it_lacks(api, standin, marker, invalid_answers=2, restarts=1)
     run = await wait_run(run_id, _paused)
     assert (run["status"], run["pause_reason"]) == ("paused", "stalled"), run
     assert run["figures"]["restarts"] == 1, run["figures"]
@@ -174,23 +181,8 @@ async def test_a_stalled_run_left_alone_fails_stalled(
     api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:
     marker = "agent-invalid"
-    standin.scenario(
-        [
-            {"match": marker, "role": "plan", "json": plan(("do", "do it"))},
-            # The actor keeps calling a tool the run does not have.
-            {
-                "match": marker,
-                "role": "act",
-                "tool_calls": [{"name": "shell", "arguments": {"command": "true"}}],
-            },
-        ]
-    )
-    run_id = await start(
-        api,
-        goal=f"{marker}: write ok into out.txt",
-        acceptance=OUTPUT_ACCEPTANCE,
-        tools=["write_file"],
-        watchdog={"invalid_answers": 2, "decide_within_s": 2, "restarts": 0},
+    run_id = await _calling_a_tool_it_lacks(
+        api, standin, marker, invalid_answers=2, decide_within_s=2, restarts=0
     )
     run = await wait_run(run_id)
     assert run["status"] == "failed", run
