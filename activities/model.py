@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -337,8 +337,16 @@ class ModelActivities:
             text = text[:TOOL_RESULT_CHARS] + f"… [cut: {len(text)} characters in all]"
         return {**message, "content": text}
 
-    async def judge(self, model: str, goal: str, statement: str, evidence: str) -> Verdict:
-        """Ask the judge whether `statement` holds, given `evidence`; it must cite a reason."""
+    async def judge(
+        self,
+        model: str,
+        goal: str,
+        statement: str,
+        evidence: str,
+        sources: Sequence[str] = (),
+    ) -> Verdict:
+        """Ask the judge whether `statement` holds, given `evidence`; it must cite a reason,
+        and a pass must quote one of `sources` (what tools returned, files) when there are."""
         text, said = await self.endpoint.structured(
             model,
             [
@@ -360,6 +368,14 @@ class ModelActivities:
         if answer.passed and not answer.reason.strip():
             return Verdict(
                 passed=False, evidence="the judge confirmed without citing a reason", usage=usage
+            )
+        if answer.passed and not structured.quotes(answer.quote, sources):
+            quoted = f"'{answer.quote[:200]}'" if answer.quote.strip() else "nothing"
+            return Verdict(
+                passed=False,
+                evidence=f"the judge passed it quoting {quoted}, which no tool output or file "
+                f"shows (its reason: {answer.reason[:500]})",
+                usage=usage,
             )
         return Verdict(passed=answer.passed, evidence=answer.reason, usage=usage)
 
@@ -396,8 +412,10 @@ def _cut_before_pace(tokens: int) -> str:
 
 
 class JudgeAnswer(BaseModel):
-    """What the judge must answer."""
+    """What the judge must answer: the quote first, so that a pass is read off the
+    evidence rather than argued after it."""
 
+    quote: str = ""
     passed: bool
     reason: str
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
@@ -136,3 +137,37 @@ def problems(value: Any, schema: dict[str, Any]) -> str | None:
 def refuses(status: int, body: str) -> bool:
     """Whether an error answer says the server cannot ask for JSON the way it was asked."""
     return status in (400, 404, 422, 500, 501) and bool(_REFUSAL.search(body))
+
+
+# A quote shorter than this says nothing on its own ("ok", "5").
+QUOTE_LEAST_CHARS = 3
+_ESCAPES = re.compile(r"\\[nrt]")
+_NOT_WORDS = re.compile(r"[\W_]+")
+
+
+def _words(text: str) -> str:
+    """`text` as its words only: a quote and its source compare without case, spacing,
+    punctuation, JSON quoting or escapes."""
+    return _NOT_WORDS.sub(" ", _ESCAPES.sub(" ", text).lower()).strip()
+
+
+def quotes(quote: str, sources: Sequence[str]) -> bool:
+    """Whether `quote` is taken from one of `sources`, or there are no sources to quote
+    from. The ellipsis a model puts for a gap splits a quote into parts that must each be
+    found, in order, in one source."""
+    sources = [s for s in sources if s.strip()]
+    if not sources:
+        return True
+    parts = [p for p in (_words(p) for p in re.split(r"\.\.\.|…", quote)) if p]
+    if sum(map(len, parts)) < QUOTE_LEAST_CHARS:
+        return False
+    for source in (f" {_words(s)} " for s in sources):
+        at = 0
+        for part in parts:  # whole words: "ell" is not quoted from "hello"
+            found = source.find(f" {part} ", at)
+            if found < 0:
+                break
+            at = found + len(part) + 1
+        else:
+            return True
+    return False

@@ -169,6 +169,8 @@ class VerifyActivities:
                 workspace = workspace_of(self._settings, req.run_id)
                 files = await asyncio.to_thread(snapshot, workspace)
                 evidence = f"{req.observations}\n\nFiles in the workspace:\n{files}"
+                # A pass quotes what the tools returned or a file, not the agent's claim.
+                sources = [*req.outputs, files] if req.outputs else []
                 return await self._model.recorded(
                     req.run_id,
                     self._model.judge(
@@ -176,6 +178,7 @@ class VerifyActivities:
                         req.goal,
                         req.statement or f"The goal is met: {req.goal}",
                         evidence.strip(),
+                        sources,
                     ),
                 )
 

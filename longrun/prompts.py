@@ -34,7 +34,10 @@ ROUTED_ACTION = (
 JUDGE = (
     "You verify claims about work an agent did. Decide from the evidence only whether the "
     "statement holds. Answer with JSON only: "
-    '{"passed": true|false, "reason": "..."}; the reason must cite the evidence.'
+    '{"quote": "...", "passed": true|false, "reason": "..."}. quote: copy, word for word, '
+    "the tool result or file content that shows the statement holds (the agent's own "
+    "words show nothing); empty if none does, and then it does not hold. The reason must "
+    "cite the evidence."
 )
 
 COMPACTOR = (

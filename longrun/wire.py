@@ -60,6 +60,7 @@ STARTED_WITH = (
     "rejected-calls-not-asked-again",
     "stalled-steps-restart",
     "steps-need-evidence",
+    "step-evidence-kept",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

@@ -388,7 +388,7 @@ async def test_a_decision_bound_to_an_earlier_call_is_refused(
             {
                 "match": "This step is done",
                 "role": "judge",
-                "json": {"passed": True, "reason": "ok"},
+                "json": {"quote": "orders", "passed": True, "reason": "it was sent"},
             },
         ]
     )
@@ -665,7 +665,7 @@ async def test_a_step_asking_for_a_tools_work_with_no_tool_run_fails_without_the
             {
                 "match": "This step is done",
                 "role": "judge",
-                "json": {"passed": True, "reason": "done"},
+                "json": {"quote": "out.txt", "passed": True, "reason": "the write says so"},
             },
         ]
     )
@@ -688,3 +688,47 @@ async def test_a_step_asking_for_a_tools_work_with_no_tool_run_fails_without_the
     judged = standin.calls("This step is done", role="judge")
     assert len(judged) == 2 and not any("I wrote ok" in str(c["messages"]) for c in judged)
     await replays_and_is_kept(client, run_id, "agent_step_without_a_tool_not_passed")
+
+
+async def test_a_judges_pass_quoting_no_tool_output_does_not_pass_the_step(
+    api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    marker = "agent-quotes"
+    claim = "I wrote ok into out.txt."
+    standin.scenario(
+        [
+            {"match": marker, "role": "plan", "json": plan(("write", "Write ok into out.txt"))},
+            act(marker, ("write_file", {"path": "out.txt", "content": "ok"})),
+            act(marker, reply=claim),
+            # A pass that quotes the agent's own claim shows nothing...
+            {
+                "match": "This step is done",
+                "role": "judge",
+                "times": 1,
+                "json": {"quote": claim, "passed": True, "reason": "the agent says so"},
+            },
+            # ...one quoting what the write returned does.
+            {
+                "match": "This step is done",
+                "role": "judge",
+                "json": {"quote": '"path": "out.txt"', "passed": True, "reason": "written"},
+            },
+        ]
+    )
+    run_id = await start(
+        api,
+        goal=f"{marker}: write ok into out.txt",
+        acceptance=[{"id": "said", "check": {"judge": "out.txt was written"}}],
+        tools=["write_file"],
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    page = {"limit": 500, "wait_s": 5}
+    events = (await api.get(f"/v1/runs/{run_id}/events/page", params=page)).json()["events"]
+    verified = [e["data"] for e in events if e["type"] == "step.verified"]
+    assert [v["passed"] for v in verified] == [False, True], verified
+    assert verified[0]["evidence"].startswith(f"the judge passed it quoting '{claim}'")
+    # The step's second attempt ran no tool: the write of its first is still its evidence.
+    [_, second] = standin.calls("This step is done", role="judge")
+    assert "out.txt" in str(second["messages"]) and len(run["steps"]) == 1
+    await replays_and_is_kept(client, run_id, "agent_step_evidence_kept")

@@ -95,3 +95,28 @@ def test_messages_go_out_without_nulls() -> None:
 )
 def test_context_windows_are_read_from_servers_errors(said: str, window: int | None) -> None:
     assert _window_from(said) == window
+
+
+WROTE = 'write_file {"path": "hello.txt", "content": "hello\\nworld"} -> {"bytes": 11}'
+
+
+@pytest.mark.parametrize(
+    ("quote", "taken"),
+    [
+        ('"bytes": 11', True),  # as JSON has it
+        ("HELLO.TXT", True),  # case and punctuation aside
+        ("hello world", True),  # an escaped newline is a space
+        ("hello.txt ... bytes: 11", True),  # a gap the model marked
+        ("bytes: 11 ... hello.txt", False),  # but in order
+        ("ell", False),  # whole words only
+        ("I wrote hello.txt", False),  # the agent's words, not the tool's
+        ("ok", False),  # too short to show anything
+        ("", False),
+    ],
+)
+def test_a_quote_is_found_only_in_what_it_quotes(quote: str, taken: bool) -> None:
+    assert structured.quotes(quote, [WROTE, "== hello.txt\nhello\nworld"]) is taken
+
+
+def test_with_nothing_to_quote_no_quote_is_needed() -> None:
+    assert structured.quotes("", []) and structured.quotes("", ["  "])

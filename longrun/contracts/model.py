@@ -147,6 +147,9 @@ class CheckRequest(BaseModel):
     observations: str = ""
     judge_model: str
     grant: SecretGrant = Field(default_factory=SecretGrant)
+    # What the step's tools returned: a judge's pass must quote one of them, or a file of
+    # the workspace. None given, a pass needs no quote.
+    outputs: list[str] = Field(default_factory=list)
     # Kept in the run's journal with the verdict: the step's summary when it passes, the
     # failed verification when it does not.
     journal: Note | None = None

@@ -218,6 +218,14 @@ def role_of(body: dict[str, Any]) -> Role:
     return "complete"
 
 
+def _first_tool_result(body: dict[str, Any]) -> str:
+    """The first tool result a judge's request lists (what a pass quotes), or ""."""
+    said = "\n".join(str(m.get("content") or "") for m in body.get("messages") or [])
+    _, _, results = said.partition("Tool results:\n")
+    first = results.split("\n", 1)[0]
+    return first[2:] if first.startswith("- ") else ""
+
+
 def routed(body: dict[str, Any]) -> bool:
     """Whether a request is an actor's call routed by longrun: one action asked for as
     JSON, the tools described in the prompt."""
@@ -455,7 +463,7 @@ class StandIn:
             reply = json.dumps({"name": calls[0].name, "arguments": _arguments(calls[0])})
             calls = []
         if reply is None and value is None and not calls:
-            value = self._default_json(role, schema)
+            value = self._default_json(role, schema, body)
         if value is not None and forced is not None:
             calls.append(ScriptedToolCall(name=forced, arguments=json.dumps(value)))
             value = None
@@ -584,9 +592,13 @@ class StandIn:
         return None
 
     @staticmethod
-    def _default_json(role: Role, schema: dict[str, Any] | None) -> Any:
+    def _default_json(role: Role, schema: dict[str, Any] | None, body: dict[str, Any]) -> Any:
         if role == "judge":
-            return {"passed": True, "reason": "[stand-in judge] accepted unchecked: no real model"}
+            return {
+                "quote": _first_tool_result(body),
+                "passed": True,
+                "reason": "[stand-in judge] accepted unchecked: no real model",
+            }
         if schema is not None:
             return example_of(schema)
         return None

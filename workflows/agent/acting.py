@@ -90,6 +90,7 @@ class Actor:
         self.watch: ProgressWatch | None = None
         self._gate = StallGate(parts, spec.watchdog)
         self._changed = False  # a tool call changed something since the last check
+        self.keeps_evidence = False  # the loop sets it for runs started with the change
 
     async def act(self, item: PlanItem, feedback: str | None) -> bool:
         """Work on one step until the model says it is done; True if `finish` was proven."""
@@ -117,7 +118,9 @@ class Actor:
                 {"role": "system", "content": prompts.ACTOR},
                 {"role": "user", "content": text},
             ]
-        state.observations = []
+        if not (self.keeps_evidence and state.observing == item.id):
+            state.observations = []
+        state.observing = item.id
         for _ in range(self._spec.max_turns_per_step):
             if state.turns >= self._spec.max_steps:
                 raise StepFailed(

@@ -42,6 +42,9 @@ ASKS_FOR_A_TOOL = re.compile(
 # Runs started with it fail, without asking the judge, a step that asks for a tool's work
 # in which no tool ran.
 STEPS_NEED_EVIDENCE = "steps-need-evidence"
+# Runs started with it keep a step's tool results across its attempts: what the step's
+# first attempt wrote is still its evidence when a failed verification sends it back.
+STEP_EVIDENCE_KEPT = "step-evidence-kept"
 NO_TOOL_RAN = (
     "no tool ran in this step, and it asks for what a tool does: nothing shows it done. "
     "Call the tool that does it"
@@ -88,6 +91,7 @@ class Checker:
             f"Expected evidence: {item.expected_evidence}",
             observations=f"The agent's summary: {item.summary}\nTool results:\n"
             + prompts.bullet(self._state.observations),
+            outputs=list(self._state.observations),
             journal=Note(kind="summary", step=item.id, text=f"{item.intent}: {item.summary}")
             if self._state.context
             else None,
@@ -146,6 +150,7 @@ class Checker:
         tool_check: ToolCheck | None = None,
         statement: str | None = None,
         observations: str = "",
+        outputs: list[str] | None = None,
         journal: Note | None = None,
     ) -> Verdict:
         inp = self._parts.inp
@@ -158,6 +163,7 @@ class Checker:
                 tool_check=tool_check,
                 statement=statement,
                 observations=observations,
+                outputs=outputs or [],
                 judge_model=self._spec.judge_model,
                 journal=journal,
                 grant=self._parts.calls.grant,

@@ -17,7 +17,12 @@ from temporalio import workflow
 
 from workflows.agent import briefs
 from workflows.agent.acting import MEMORY_PATCH, Actor
-from workflows.agent.checks import DONE_WHEN_DONE, STEPS_NEED_EVIDENCE, Checker
+from workflows.agent.checks import (
+    DONE_WHEN_DONE,
+    STEP_EVIDENCE_KEPT,
+    STEPS_NEED_EVIDENCE,
+    Checker,
+)
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
 from workflows.agent.watchdog import (
@@ -73,6 +78,7 @@ class AgentLoop:
         s.context = patched(CONTEXT_PATCH)
         self._checker.done_when_done = changed(DONE_WHEN_DONE)
         self._checker.steps_need_evidence = changed(STEPS_NEED_EVIDENCE)
+        self._actor.keeps_evidence = changed(STEP_EVIDENCE_KEPT)
         if watching(s):
             ledger = self._parts.ledger
             self._watch = self._actor.watch = ProgressWatch(

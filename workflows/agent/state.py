@@ -50,6 +50,7 @@ class AgentState:
         self.notes: list[str] = []  # finished steps' summaries since the rolling summary
         self.summary = ""  # rolling summary of progress older than the notes
         self.observations: list[str] = []  # the current step's tool results, newest last
+        self.observing: str | None = None  # the step they are of
         self.current: PlanItem | None = None
         self.last_check: str | None = None
         self.index = 0  # the plan step the loop is on
