@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities import recording, repair, routing, structured
 from activities.artifacts import store_for
@@ -346,18 +347,34 @@ class ModelActivities:
         sources: Sequence[str] = (),
     ) -> Verdict:
         """Ask the judge whether `statement` holds, given `evidence`; it must cite a reason,
-        and a pass must quote one of `sources` (what tools returned, files) when there are."""
-        text, said = await self.endpoint.structured(
-            model,
-            [
+        and a pass must quote one of `sources` (what tools returned, files) when there are.
+        The evidence is cut to what the model's context window holds, from its end (the
+        workspace's files come last)."""
+        answer_tokens = self._settings.max_output_tokens.judge
+        for _ in range(2):  # again, once, if the server names a window smaller than known
+            window = await self.endpoint.window(model)
+            messages = [
                 {"role": "system", "content": prompts.JUDGE},
-                {"role": "user", "content": prompts.judge_request(goal, statement, evidence)},
-            ],
-            name="verdict",
-            schema=VERDICT_SCHEMA,
-            max_tokens=self._settings.max_output_tokens.judge,
-            within_s=allowance(None),
-        )
+                {"role": "user", "content": prompts.judge_request(goal, statement, "")},
+            ]
+            if window is not None:
+                answer_room = min(answer_tokens, window // 4)
+                room = Endpoint.left(window, messages) - answer_room - VERDICT_SCHEMA_TOKENS
+                evidence = _cut_to(evidence, room)
+            messages[1]["content"] = prompts.judge_request(goal, statement, evidence)
+            try:
+                text, said = await self.endpoint.structured(
+                    model,
+                    messages,
+                    name="verdict",
+                    schema=VERDICT_SCHEMA,
+                    max_tokens=answer_tokens,
+                    within_s=allowance(None),
+                )
+                break
+            except ApplicationError:
+                if await self.endpoint.window(model) in (None, window):
+                    raise
         usage = said.usage
         try:
             answer = JudgeAnswer.model_validate(structured.parse_json(text))
@@ -422,6 +439,18 @@ class JudgeAnswer(BaseModel):
 
 PLAN_SCHEMA = AgentPlan.model_json_schema()
 VERDICT_SCHEMA = JudgeAnswer.model_json_schema()
+# What the schema adds to a judge's prompt where the server is told it in text.
+VERDICT_SCHEMA_TOKENS = context.estimate_tokens(json.dumps(VERDICT_SCHEMA))
+
+
+def _cut_to(text: str, tokens: int) -> str:
+    """`text` within about `tokens` (estimated as longrun.context does), cut from its end."""
+    data = text.encode()
+    most = max(0, tokens - 20) * context.BYTES_PER_TOKEN
+    if len(data) <= most:
+        return text
+    kept = data[:most].decode(errors="ignore")
+    return f"{kept}\n… [cut to fit the model's context window: {len(data)} bytes in all]"
 
 
 def _simplified_tool(tool: dict[str, Any]) -> dict[str, Any]:

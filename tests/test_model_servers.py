@@ -404,3 +404,34 @@ def test_a_scripted_answer_follows_where_the_conversation_stands(standin: StandI
 
 def _call(call_id: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": "note", "arguments": "{}"}}
+
+
+async def test_a_judge_reads_what_its_context_window_holds_of_a_full_workspace(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    standin.profile(**LLAMA_CPP | {"context_window": 3000})
+    marker = "small-judge"
+    writes = [("write_file", {"path": f"f{i}.txt", "content": f"{i} " * 2000}) for i in range(5)]
+    standin.scenario(
+        [
+            {"match": marker, "role": "plan", "json": plan(("write", "Write the five files"))},
+            act(marker, *writes),
+            act(marker, reply="wrote them"),
+        ]
+    )
+    run_id = await start(
+        api,
+        goal=f"{marker}: write the five files",
+        acceptance=[{"id": "ok", "check": {"judge": "the files were written"}}],
+        tools=["write_file"],
+        strategy="plan",
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run["error"]
+    # The workspace alone is ~20 KB. The judge's first prompt was the first too big for the
+    # window, which the server named in refusing it; then it was shown what fits.
+    judged = standin.calls(marker, role="judge")
+    outcomes = [c["outcome"] for c in judged]
+    assert outcomes == ["400 refused", "400 refused", "ok", "ok"], outcomes
+    assert all(c["prompt_tokens"] + c["max_tokens"] <= 3000 for c in judged[2:])
+    assert judged[2]["prompt_tokens"] < judged[0]["prompt_tokens"] / 2
