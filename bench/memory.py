@@ -322,10 +322,10 @@ async def measure_side(
 async def _listed(client: Client, query: str, n: int) -> None:
     """Wait until Temporal's visibility lists `n` workflows for `query` (it follows the
     workflows a moment later)."""
-    for _ in range(600):
+    for _ in range(3000):
         if (listed := (await client.count_workflows(query)).count) == n:
             return
-        await asyncio.sleep(1)
+        await asyncio.sleep(0.2)
     raise RuntimeError(f"{listed} workflows listed for {query!r}, not {n}")
 
 

@@ -33,8 +33,9 @@ their own detail as they go; one that breaks is reported and the others still ru
 1,000-step conversation and the ten thousand waiting runs); `make bench QUICK=1` the
 quick one (a few minutes, smaller numbers everywhere, no plot unless `--plot` is given).
 `--smoke` runs every section at its smallest size, for correctness only (its figures mean
-nothing and are not kept): `make test` runs it, so a section that no longer does its work
-fails the suite. A section that fails marks the table FAILED and the exit status 1.
+nothing and are not kept), each in a process of its own, SMOKE_AT_ONCE at a time (they
+mostly wait for servers to start): `make test` runs it, so a section that no longer does
+its work fails the suite. A section that fails marks the table FAILED and the exit status 1.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -270,6 +272,7 @@ def run(
             print(f"section {name} FAILED; see above")
             out["failed"].append(name)
         out["seconds"][name] = round(time.perf_counter() - started, 1)
+        print(f"=== {name} took {out['seconds'][name]:g} s", flush=True)
     kind = "smoke" if smoke else "quick" if quick else "full"
     print(f"\n=== longrun against its baselines ({kind} suite)\n")
     print(table(figures))
@@ -289,6 +292,34 @@ def run(
     results.write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nfigures kept in {results}")
     return not out["failed"]
+
+
+# Smoke sections at once, each in its own process; the longest first.
+SMOKE_AT_ONCE = 4
+SMOKE_ORDER = ("memory", "watchers", "load", "sandbox", "curve", "billing", "api", "context")
+
+
+def smoke(sections: list[str]) -> bool:
+    """Run each section's smoke in a process of its own, SMOKE_AT_ONCE at a time; print
+    each one's output as it ends. True if every one did its work."""
+    argv = [sys.executable, __file__, "--smoke", "--only"]
+    ordered = sorted(sections, key=lambda s: SMOKE_ORDER.index(s) if s in SMOKE_ORDER else 99)
+    started = time.perf_counter()
+
+    def one(name: str) -> tuple[str, subprocess.CompletedProcess[str]]:
+        return name, subprocess.run([*argv, name], capture_output=True, text=True, check=False)
+
+    failed = []
+    with ThreadPoolExecutor(SMOKE_AT_ONCE) as pool:
+        for name, done in pool.map(one, ordered):
+            print(done.stdout + done.stderr, flush=True)
+            if done.returncode != 0:
+                failed.append(name)
+    took = time.perf_counter() - started
+    print(f"\n=== smoke suite: {len(sections)} sections in {took:.0f} s")
+    if failed:
+        print(f"FAILED: sections that did not do their work: {', '.join(failed)}")
+    return not failed
 
 
 def main() -> None:
@@ -311,6 +342,8 @@ def main() -> None:
     # Retried attempts are logged as warnings by the workers; the tables say it all.
     for name in ("temporalio", "longrun.activity"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    if args.smoke and len(sections) > 1:
+        sys.exit(0 if smoke(sections) else 1)
     results = None if args.smoke else args.json
     if not run(sections, args.quick, plot, results, partial=bool(args.only), smoke=args.smoke):
         sys.exit(1)

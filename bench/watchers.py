@@ -75,8 +75,10 @@ from procs import cpu_s, rss_kb  # noqa: E402
 SIDES = ("baseline", "longrun")
 OPENING = 50  # streams a client process opens at once
 WARMUP_STREAMS = 5  # opened and closed before the server's memory is first read
-SETTLE_S = 3.0  # from the last client connected to the memory read and the window
-GRACE_S = 5.0  # after the window, for the events recorded in it to arrive
+# From the last client connected to the memory read and the window; and after the window,
+# for the events recorded in it to arrive. A short window (the smoke suite's) waits less.
+SETTLE_S = 3.0
+GRACE_S = 5.0
 START_WAIT_S = 120.0  # for a server process to answer
 CONNECT_WAIT_S = 600.0  # for every client to connect
 RUN_SPARE_S = 300.0  # how much longer than the window a run lasts (submits, connects)
@@ -283,7 +285,7 @@ async def _stream(
 
 async def watch(urls: list[str]) -> None:
     """A client process: a stream to each of `urls`; says `connected` once each answered,
-    then reads the window (JSON from stdin) and, after GRACE_S, prints what it saw in it."""
+    then reads the window (JSON from stdin) and, after its grace, prints what it saw in it."""
     loop = asyncio.get_running_loop()
     watchers = [_Watcher() for _ in urls]
     waiting = len(urls)
@@ -306,7 +308,7 @@ async def watch(urls: list[str]) -> None:
         await all_answered.wait()
         print("connected", flush=True)
         window = json.loads(await loop.run_in_executor(None, sys.stdin.readline))
-        await asyncio.sleep(max(0.0, window["end"] + GRACE_S - time.time()))
+        await asyncio.sleep(max(0.0, window["end"] + window["grace"] - time.time()))
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -397,7 +399,7 @@ async def _watch(
             if (await _line(proc, "a client", CONNECT_WAIT_S)).strip() != b"connected":
                 raise RuntimeError("a client process did not connect")
         connect_s = time.perf_counter() - started
-        await asyncio.sleep(SETTLE_S)
+        await asyncio.sleep(min(SETTLE_S, 0.3 * window_s))
         rss_connected = rss_kb(server.pid)
         before = await counters() if counters else {}
         cpu, client_cpu = cpu_s(server.pid), sum(cpu_s(p.pid) for p in procs)
@@ -411,7 +413,8 @@ async def _watch(
         after = await counters() if counters else {}
         for proc in procs:
             assert proc.stdin is not None
-            proc.stdin.write(json.dumps({"start": start, "end": end}).encode() + b"\n")
+            window = {"start": start, "end": end, "grace": min(GRACE_S, window_s)}
+            proc.stdin.write(json.dumps(window).encode() + b"\n")
         seen = [json.loads(await _line(p, "a client", GRACE_S + 120)) for p in procs]
     finally:
         for proc in procs:
