@@ -23,6 +23,7 @@ what it sees but may not do, 403 naming the rule.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -165,13 +166,43 @@ async def holder_of(desc: WorkflowExecutionDescription) -> Holder:
     return holder_in(await desc.memo())
 
 
+# Whom the runs this process started or described belong to, the latest HOLDERS_KEPT. A
+# run's owner and tenant never change (its id is never used again; a reset keeps its memo),
+# so a request about a run seen before is checked without asking Temporal first.
+HOLDERS_KEPT = 100_000
+_holders: OrderedDict[str, Holder] = OrderedDict()
+
+
+def remember(run_id: str, holder: Holder) -> None:
+    """Keep whom `run_id` belongs to."""
+    _holders[run_id] = holder
+    _holders.move_to_end(run_id)
+    if len(_holders) > HOLDERS_KEPT:
+        _holders.popitem(last=False)
+
+
 async def run_for(
     client: Client, caller: Principal, action: Action, run_id: str
 ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription]:
     """The run `run_id`, which `caller` may `action`: its handle and description."""
     handle, desc = await describe_run(client, run_id)
-    check(caller, action, await holder_of(desc), f"run '{run_id}'")
+    holder = await holder_of(desc)
+    remember(run_id, holder)
+    check(caller, action, holder, f"run '{run_id}'")
     return handle, desc
+
+
+def known_run(
+    client: Client, caller: Principal, action: Action, run_id: str
+) -> tuple[WorkflowHandle[Any, Any], Holder] | None:
+    """The run `run_id`, which `caller` may `action`, and whom it belongs to, if this
+    process knows that without asking Temporal (whether it is still open, it does not
+    know); None if it does not."""
+    holder = _holders.get(run_id)
+    if holder is None:
+        return None
+    check(caller, action, holder, f"run '{run_id}'")
+    return client.get_workflow_handle(run_id), holder
 
 
 def server_wide(caller: Principal) -> None:

@@ -20,6 +20,7 @@ from temporalio.common import (
 
 from activities.mcp import McpHub
 from activities.tools.toolbox import toolbox
+from api import access
 from api.auth import Principal
 from api.mcp_tools import request_mcp_tools
 from api.reading import invalid
@@ -197,6 +198,7 @@ async def start_run(
     """Start the run `inp` (its run id set) as the API starts every run: its status and
     labels searchable, its goal, labels and owner in its memo (with `memo`), with today's
     changes (or `changes`)."""
+    memo = run_memo(inp, changes, **memo)
     await client.start_workflow(
         wire.RUN_WORKFLOW,
         inp,
@@ -205,10 +207,11 @@ async def start_run(
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
         search_attributes=run_search_attributes(inp),
-        memo=run_memo(inp, changes, **memo),
+        memo=memo,
         static_summary=inp.goal,
         static_details=run_details(inp),
     )
+    access.remember(inp.run_id, access.holder_in(memo))
 
 
 def under_policy(

@@ -420,6 +420,16 @@ async def test_pause_and_resume_are_taken_once_and_refused_when_they_change_noth
     for action in ("pause", "resume"):
         ended = await api.post(f"{url}/{action}")
         assert ended.status_code == 409 and "already ended" in ended.json()["detail"]
+    # The API started the run, so it decides without describing it first: the run, ended,
+    # refuses the signal, and the answer names the decision taken.
+    late = await api.post(f"{url}/approvals/apr-gate", json={"decision": "reject"})
+    assert late.status_code == 409, late.text
+    assert late.json()["detail"] == (
+        f"approval 'apr-gate' was already decided: approve by local; run '{run_id}' "
+        "has already ended"
+    )
+    unknown = await api.post(f"{url}/approvals/apr-none", json={"decision": "approve"})
+    assert unknown.status_code == 404, unknown.text
 
 
 async def test_list_filters_by_status_and_label_and_paginates(
