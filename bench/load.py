@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -290,6 +291,8 @@ class Side:
     samples: dict[str, str]  # an answer of each unexpected outcome
     cpu_s: dict[str, float]  # CPU seconds each process used during the load
     log_errors: list[str] = field(default_factory=list)  # error lines the API or worker logged
+    # Median ms of a decision's way through Temporal, from decided runs' histories.
+    phases: dict[str, float] = field(default_factory=dict)
 
     def quantile(self, op: str, q: int) -> float:
         """The q-th percentile of an operation's milliseconds (NaN if none)."""
@@ -381,6 +384,41 @@ async def _clients_process(
         raise RuntimeError(f"the clients' process exited with {proc.returncode}: {stderr!r}")
     answer: dict[str, Any] = json.loads(stdout)
     return answer
+
+
+PHASES_SAMPLED = 40
+# A decision's way through Temporal, between the events of its run's history.
+PHASES = {
+    "signal -> task picked up": ("signaled", "task started"),
+    "task run by the worker": ("task started", "task completed"),
+    "signal -> run closed": ("signaled", "closed"),
+}
+
+
+async def _phases(address: str) -> dict[str, float]:
+    """The median milliseconds of each of PHASES in the histories of up to PHASES_SAMPLED
+    runs that ended: where a decision waits once signalled."""
+    client = await Client.connect(address)
+    found: dict[str, list[float]] = {name: [] for name in PHASES}
+    listed = client.list_workflows("ExecutionStatus = 'Completed'", limit=PHASES_SAMPLED)
+    async for execution in listed:
+        at: dict[str, float] = {}
+        async for event in client.get_workflow_handle(execution.id).fetch_history_events():
+            kind, when = event.event_type, event.event_time.ToDatetime().timestamp()
+            if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                at.setdefault("signaled", when)
+            elif "signaled" not in at:
+                continue
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                at.setdefault("task started", when)
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                at.setdefault("task completed", when)
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+                at["closed"] = when
+        for name, (start, end) in PHASES.items():
+            if start in at and end in at:
+                found[name].append((at[end] - at[start]) * 1000)
+    return {name: statistics.median(ms) for name, ms in found.items() if ms}
 
 
 def _own_cpu_s() -> float:
@@ -486,6 +524,7 @@ async def _longrun(clients: int, seconds: float, warmup: float, reads: int) -> S
             side, client_cpu = _side("longrun", clients, seconds, warmup, out)
             side.cpu_s = {"clients": client_cpu, **cpu}
             side.log_errors = _error_lines(api_log, worker_log)
+            side.phases = await _phases(server.address)
             return side
 
 
@@ -510,6 +549,7 @@ async def _bare(clients: int, seconds: float, warmup: float, reads: int) -> Side
                 }
             side, client_cpu = _side("bare Temporal", clients, seconds, warmup, out)
             side.cpu_s = {"clients": client_cpu, **cpu}
+            side.phases = await _phases(server.address)
             return side
 
 
@@ -556,6 +596,8 @@ def report(result: Result) -> None:
             print(f"    {key}: {sample}")
         for line in side.log_errors[:20]:
             print(f"  logged: {line}")
+        phases = ", ".join(f"{name} {ms:.0f}" for name, ms in side.phases.items())
+        print(f"  a decision's way, median ms: {phases or 'no decided run sampled'}")
     ratios = ", ".join(
         f"{op} p50 {lr.quantile(op, 50) / result.bare.quantile(op, 50):.2f}" for op in OPS
     )
