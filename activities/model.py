@@ -259,11 +259,11 @@ class ModelActivities:
             )
             if answer.tool_calls:
                 self.endpoint.read_well(req.model)
-                return answer.content, answer.tool_calls, answer.usage
+                return answer.content, routing.named(answer.tool_calls, tools), answer.usage
             written = routing.text_calls(answer.content or "", tools, len(messages))
             if written:
                 self.endpoint.read_well(req.model)
-                return None, written, answer.usage
+                return None, routing.named(written, tools), answer.usage
             why = routing.calls_badly(answer.content, [], tools)
             if why is None or not self.endpoint.route(req.model, why):
                 return answer.content, [], answer.usage
@@ -281,7 +281,7 @@ class ModelActivities:
         except ValueError:
             return text, [], spent + answer.usage
         content, calls = routing.routed_answer(value, len(messages))
-        return content, calls, spent + answer.usage
+        return content, routing.named(calls, tools), spent + answer.usage
 
     def _prompt(
         self, req: ActRequest, window: int | None, answer_tokens: int
@@ -457,7 +457,7 @@ def _simplified_tool(tool: dict[str, Any]) -> dict[str, Any]:
     function = tool.get("function")
     if not isinstance(function, dict) or "parameters" not in function:
         return tool
-    parameters = structured.simplify(function["parameters"])
+    parameters = structured.tool_parameters(function["parameters"])
     return {**tool, "function": {**function, "parameters": parameters}}
 
 

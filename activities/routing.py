@@ -105,6 +105,32 @@ def text_calls(content: str, tools: list[dict[str, Any]], turn: int) -> list[Too
     ]
 
 
+def named(calls: list[ToolCallRequest], tools: list[dict[str, Any]]) -> list[ToolCallRequest]:
+    """`calls`, each that names an offered tool in another spelling named as offered:
+    `WriteFileArgs` (the title of its arguments' schema), `WriteFile` or `write-file` is
+    `write_file`. Any other name stays as it was, for the run to refuse."""
+    offered = {t["function"]["name"] for t in tools if "function" in t}
+    spelled: dict[str, list[str]] = {}
+    for name in offered:
+        spelled.setdefault(_spelling(name), []).append(name)
+    renamed = []
+    for call in calls:
+        found = spelled.get(_spelling(call.name), [])
+        if call.name not in offered and len(found) == 1:
+            call = call.model_copy(update={"name": found[0]})
+        renamed.append(call)
+    return renamed
+
+
+_SUFFIX = re.compile(r"(args|arguments|params|parameters|tool|function)$")
+
+
+def _spelling(name: str) -> str:
+    """A tool name without case, separators or a suffix naming its arguments."""
+    letters = re.sub(r"[^a-z0-9]", "", name.lower())
+    return _SUFFIX.sub("", letters) or letters
+
+
 def calls_badly(
     content: str | None, calls: list[ToolCallRequest], tools: list[dict[str, Any]]
 ) -> str | None:

@@ -49,23 +49,31 @@ _REFUSAL = re.compile(
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 
-def simplify(schema: Any) -> Any:
-    """`schema` without the keywords grammar engines reject (see `_DROPPED`)."""
+def simplify(schema: Any, dropped: frozenset[str] = _DROPPED) -> Any:
+    """`schema` without the keywords grammar engines reject (see `_DROPPED`), or without
+    `dropped`."""
     if isinstance(schema, dict):
         kept = {}
         for key, value in schema.items():
-            if key in _DROPPED and not isinstance(value, dict):
+            if key in dropped and not isinstance(value, dict):
                 continue
             # Under `properties`, keys are field names, not keywords: keep them all.
             kept[key] = (
-                {name: simplify(sub) for name, sub in value.items()}
+                {name: simplify(sub, dropped) for name, sub in value.items()}
                 if key in ("properties", "$defs", "definitions") and isinstance(value, dict)
-                else simplify(value)
+                else simplify(value, dropped)
             )
         return kept
     if isinstance(schema, list):
-        return [simplify(item) for item in schema]
+        return [simplify(item, dropped) for item in schema]
     return schema
+
+
+def tool_parameters(schema: dict[str, Any]) -> Any:
+    """A tool's parameters as a model is offered them: simplified, and without titles,
+    which cost tokens and name nothing a model may call (Qwen called `WriteFileArgs`, the
+    title of write_file's arguments)."""
+    return simplify(schema, _DROPPED | {"title"})
 
 
 def ask(

@@ -180,3 +180,45 @@ def test_a_routed_action_becomes_the_actors_answer() -> None:
     }
     assert plain[2] == {"role": "user", "content": 'Tool result: {"written": 1}'}
     assert plain[-1]["content"].endswith(prompts.ROUTED_ACTION)
+
+
+def test_a_tool_named_in_another_spelling_is_the_tool_offered() -> None:
+    def call(name: str) -> ToolCallRequest:
+        return ToolCallRequest(id="c", name=name, arguments="{}")
+
+    spelled = ["WriteFileArgs", "WriteFile", "write-file", "write_file", "FinishTool"]
+    assert [c.name for c in routing.named([call(n) for n in spelled], TOOLS)] == [
+        "write_file",
+        "write_file",
+        "write_file",
+        "write_file",
+        "finish",
+    ]
+    # Anything else stays as written, for the run to refuse and list the tools.
+    others = ["read_file", "writer", "compute_sum", ""]
+    assert [c.name for c in routing.named([call(n) for n in others], TOOLS)] == others
+
+
+async def test_a_call_of_a_tool_by_its_arguments_title_runs_the_tool(
+    api: httpx.AsyncClient, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    # Seen on Qwen2.5-Coder-0.5B: offered write_file, whose arguments' schema was titled
+    # WriteFileArgs, it called `WriteFileArgs`. Titles are no longer offered
+    # (tests/test_structured.py), and such a call is read as the tool's.
+    marker = "titled-call"
+    standin.scenario(
+        [
+            act(marker, ("WriteFileArgs", {"path": "out.txt", "content": "ok"})),
+            act(marker, reply="wrote it"),
+        ]
+    )
+    run_id = await start(
+        api,
+        goal=f"{marker}: write ok into out.txt",
+        acceptance=OUTPUT_ACCEPTANCE,
+        tools=["write_file"],
+        strategy="direct",
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    assert [s["output"]["path"] for s in run["steps"]] == ["out.txt"]

@@ -120,3 +120,15 @@ def test_a_quote_is_found_only_in_what_it_quotes(quote: str, taken: bool) -> Non
 
 def test_with_nothing_to_quote_no_quote_is_needed() -> None:
     assert structured.quotes("", []) and structured.quotes("", ["  "])
+
+
+def test_tools_are_offered_without_titles_but_with_a_field_named_title() -> None:
+    schema = {
+        "title": "NoteArgs",
+        "type": "object",
+        "properties": {"title": {"title": "Title", "type": "string", "maxLength": 80}},
+    }
+    assert structured.tool_parameters(schema) == {
+        "type": "object",
+        "properties": {"title": {"type": "string"}},
+    }

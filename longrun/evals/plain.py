@@ -24,7 +24,7 @@ from typing import Any
 from openai import APIError, AsyncOpenAI
 
 from activities.routing import text_calls
-from activities.structured import simplify
+from activities.structured import tool_parameters
 from activities.tools import REGISTRY
 from activities.tools.registry import ToolContext, call_redacted
 from longrun.settings import Settings
@@ -213,6 +213,6 @@ def _schema(name: str) -> dict[str, Any]:
             "name": name,
             "description": spec.description,
             # As longrun offers them: without the limits grammar engines refuse.
-            "parameters": simplify(spec.parameters()),
+            "parameters": tool_parameters(spec.parameters()),
         },
     }
