@@ -61,6 +61,7 @@ STARTED_WITH = (
     "stalled-steps-restart",
     "steps-need-evidence",
     "step-evidence-kept",
+    "last-step-to-the-checks",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

@@ -142,16 +142,8 @@ async def test_failing_verification_replans_then_asks_a_person(
     run_id = await start(
         api,
         goal=f"{marker}: produce output.txt",
-        acceptance=[
-            {
-                "id": "out",
-                "check": {
-                    "tool": "read_file",
-                    "args": {"path": "output.txt"},
-                    "expect": {"contains": "ok"},
-                },
-            }
-        ],
+        # A judge's criterion: a last step whose criteria are all tools' is theirs to prove.
+        acceptance=[{"id": "out", "check": {"judge": "output.txt holds ok"}}],
         tools=["write_file"],
     )
     run = await wait_run(run_id, lambda r: r["status"] != "running")
@@ -732,3 +724,35 @@ async def test_a_judges_pass_quoting_no_tool_output_does_not_pass_the_step(
     [_, second] = standin.calls("This step is done", role="judge")
     assert "out.txt" in str(second["messages"]) and len(run["steps"]) == 1
     await replays_and_is_kept(client, run_id, "agent_step_evidence_kept")
+
+
+async def test_a_last_step_claimed_done_is_left_to_its_tool_checks_not_the_judge(
+    api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    # As Qwen did on goal-sum: the expression written, then "done"; each judge's verdict took
+    # a minute of its 600 s, and said less than the check's own failure does.
+    marker = "agent-checked"
+    standin.scenario(
+        [
+            act(marker, ("write_file", {"path": "sum.txt", "content": "12 + 58"})),
+            act(marker, reply="sum.txt holds the sum"),
+            act(marker, ("write_file", {"path": "sum.txt", "content": "70"})),
+        ]
+    )
+    run_id = await start(
+        api,
+        goal=f"{marker}: write the sum of 12 and 58 into sum.txt",
+        acceptance=[file_contains("sum", "sum.txt", "70")],
+        tools=["write_file"],
+        strategy="direct",
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    assert standin.calls(marker, role="judge") == []
+    acts = standin.calls(marker, role="act")
+    assert len(acts) == 3
+    # The claim went straight to the check, whose failure the model was told.
+    told = str(acts[2]["messages"])
+    assert "sum.txt" in told and "70" in told and "Make the failing acceptance" in told
+    assert run["premature_completions"] == 1
+    await replays_and_is_kept(client, run_id, "agent_last_step_to_the_checks")

@@ -45,6 +45,14 @@ STEPS_NEED_EVIDENCE = "steps-need-evidence"
 # Runs started with it keep a step's tool results across its attempts: what the step's
 # first attempt wrote is still its evidence when a failed verification sends it back.
 STEP_EVIDENCE_KEPT = "step-evidence-kept"
+# Runs started with it leave a last step claimed done to the acceptance criteria, without the
+# judge, when every criterion is a tool's: they prove it better, and their failures tell
+# the model what is missing.
+LAST_STEP_TO_THE_CHECKS = "last-step-to-the-checks"
+TO_THE_CHECKS = (
+    "not judged: the last step is proved by the run's acceptance criteria, every one of "
+    "them a tool's check"
+)
 NO_TOOL_RAN = (
     "no tool ran in this step, and it asks for what a tool does: nothing shows it done. "
     "Call the tool that does it"
@@ -64,6 +72,7 @@ class Checker:
         self._state = state
         self.done_when_done = False  # the loop sets it for runs started with the change
         self.steps_need_evidence = False  # likewise
+        self.last_step_to_the_checks = False  # likewise
         self._tools = bool(spec.tools)
         tool_checks = [isinstance(c.check, ToolCheck) for c in spec.acceptance]
         # Every criterion a tool's: checked after each change, for no model call.
@@ -77,12 +86,16 @@ class Checker:
             and ASKS_FOR_CHANGE.search(parts.inp.goal) is not None
         )
 
-    async def verify_step(self, item: PlanItem) -> Verdict:
-        """Whether the step the model claims done shows its expected evidence."""
+    async def verify_step(self, item: PlanItem, last: bool) -> Verdict:
+        """Whether the step the model claims done shows its expected evidence (`last`:
+        the plan's last step, which the acceptance criteria may prove instead)."""
         self._state.enter("verifying")
         if self._shows_nothing(item):
             self._state.last_check = f"{item.id}: failed"
             return Verdict(passed=False, evidence=NO_TOOL_RAN)
+        if last and self.last_step_to_the_checks and self.checks_cheaply:
+            self._state.last_check = f"{item.id}: to the acceptance criteria"
+            return Verdict(passed=True, evidence=TO_THE_CHECKS)
         verdict = await self._check(
             VerifyActivities.step,
             item.id,

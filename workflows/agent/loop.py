@@ -19,6 +19,7 @@ from workflows.agent import briefs
 from workflows.agent.acting import MEMORY_PATCH, Actor
 from workflows.agent.checks import (
     DONE_WHEN_DONE,
+    LAST_STEP_TO_THE_CHECKS,
     STEP_EVIDENCE_KEPT,
     STEPS_NEED_EVIDENCE,
     Checker,
@@ -79,6 +80,7 @@ class AgentLoop:
         self._checker.done_when_done = changed(DONE_WHEN_DONE)
         self._checker.steps_need_evidence = changed(STEPS_NEED_EVIDENCE)
         self._actor.keeps_evidence = changed(STEP_EVIDENCE_KEPT)
+        self._checker.last_step_to_the_checks = changed(LAST_STEP_TO_THE_CHECKS)
         if watching(s):
             ledger = self._parts.ledger
             self._watch = self._actor.watch = ProgressWatch(
@@ -122,7 +124,8 @@ class AgentLoop:
                 for later in s.plan[s.index + 1 :]:
                     later.status = "skipped"
                 return s.result()
-            verdict = await self._checker.verify_step(item)
+            last = s.index == len(s.plan) - 1
+            verdict = await self._checker.verify_step(item, last)
             item.verification = verdict.evidence[:2000]
             self._parts.events.emit(
                 "step.verified", item.id, passed=verdict.passed, evidence=verdict.evidence
