@@ -351,7 +351,7 @@ class ModelActivities:
         The evidence is cut to what the model's context window holds, from its end (the
         workspace's files come last)."""
         answer_tokens = self._settings.max_output_tokens.judge
-        for _ in range(2):  # again, once, if the server names a window smaller than known
+        for again in (False, True):  # again, once, if the server names a smaller window
             window = await self.endpoint.window(model)
             messages = [
                 {"role": "system", "content": prompts.JUDGE},
@@ -373,7 +373,7 @@ class ModelActivities:
                 )
                 break
             except ApplicationError:
-                if await self.endpoint.window(model) in (None, window):
+                if again or await self.endpoint.window(model) in (None, window):
                     raise
         usage = said.usage
         try:

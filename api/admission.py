@@ -198,7 +198,7 @@ async def start_run(
     """Start the run `inp` (its run id set) as the API starts every run: its status and
     labels searchable, its goal, labels and owner in its memo (with `memo`), with today's
     changes (or `changes`)."""
-    memo = run_memo(inp, changes, **memo)
+    kept = run_memo(inp, changes, **memo)
     await client.start_workflow(
         wire.RUN_WORKFLOW,
         inp,
@@ -207,11 +207,11 @@ async def start_run(
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
         search_attributes=run_search_attributes(inp),
-        memo=memo,
+        memo=kept,
         static_summary=inp.goal,
         static_details=run_details(inp),
     )
-    access.remember(inp.run_id, access.holder_in(memo))
+    access.remember(inp.run_id, access.holder_in(kept))
 
 
 def under_policy(
