@@ -35,6 +35,9 @@ def test_the_suite_has_twenty_tasks_of_both_kinds_and_levels() -> None:
     assert {t.level for t in tasks} == {"easy", "hard"}
     body = tasks[0].body("eval-m1", "http://fixture")
     assert body["goal"].endswith("(eval-m1)") and body["labels"]["eval"] == tasks[0].name
+    # A real model is not shown the stand-in's marker: one called it as a tool.
+    shown = [t.body("eval-m1", "http://fixture", marked=False)["goal"] for t in tasks]
+    assert not [goal for goal in shown if "eval-m1" in goal]
     timed = {t.name: t.body("m", "u", max_duration_s=60)["budget"] for t in tasks}
     assert timed["goal-hello"] == {"max_duration_s": 60, "on_budget_exhausted": "fail"}
     assert timed["plan-budget"] == {

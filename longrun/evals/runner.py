@@ -260,7 +260,12 @@ class Eval:
         if self.options.model_url is None and task.standin:
             script = task.script(marker, self.fixture_url)
             await self._retrying("POST", f"{self.stack.standin_url}/_standin/rules", json=script)
-        body = task.body(marker, self.fixture_url, self.options.max_duration_s)
+        body = task.body(
+            marker,
+            self.fixture_url,
+            self.options.max_duration_s,
+            marked=self.options.model_url is None,
+        )
         if self.options.strategy is not None and "plan" not in body:
             body["strategy"] = self.options.strategy
         return marker, body

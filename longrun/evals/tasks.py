@@ -66,12 +66,20 @@ class Task(BaseModel):
         return "plan" if "plan" in self.run else "goal"
 
     def body(
-        self, marker: str, fixture_url: str, max_duration_s: float | None = None
+        self,
+        marker: str,
+        fixture_url: str,
+        max_duration_s: float | None = None,
+        *,
+        marked: bool = True,
     ) -> dict[str, Any]:
         """The run to submit for one attempt; with `max_duration_s`, it fails once it has
-        run that long (or sooner, if the task says so)."""
+        run that long (or sooner, if the task says so). `marked`: the goal ends with the
+        marker, which the stand-in's rules match; a real model is not shown it (Qwen
+        called `eval-139b172970` as a tool)."""
         body: dict[str, Any] = _filled(self.run, marker, fixture_url)
-        body["goal"] = f"{body['goal']} ({marker})"
+        if marked:
+            body["goal"] = f"{body['goal']} ({marker})"
         if max_duration_s is not None:
             budget = body.setdefault("budget", {})
             budget["max_duration_s"] = min(
