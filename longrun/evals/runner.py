@@ -131,6 +131,7 @@ class Eval:
 
     async def run(self) -> Outcome:
         """Start the stack, run every attempt (with chaos if asked), stop the stack."""
+        chaos: asyncio.Task[None] | None = None
         with ServerThread(fixture_app(self.fixture)) as server:
             self.fixture_url = server.url
             try:
@@ -143,6 +144,10 @@ class Eval:
                     if chaos is not None:
                         await chaos
             finally:
+                if chaos is not None and not chaos.done():
+                    # Stopped early: no fault (a worker started again, say) after the stop.
+                    chaos.cancel()
+                    await asyncio.gather(chaos, return_exceptions=True)
                 if self.stack is not None:  # what of it started, even if not all did
                     self.stack.stop()
                 if self.proxy is not None:
