@@ -166,19 +166,31 @@ async def holder_of(desc: WorkflowExecutionDescription) -> Holder:
     return holder_in(await desc.memo())
 
 
-# Whom the runs this process started or described belong to, the latest HOLDERS_KEPT. A
-# run's owner and tenant never change (its id is never used again; a reset keeps its memo),
-# so a request about a run seen before is checked without asking Temporal first.
-HOLDERS_KEPT = 100_000
-_holders: OrderedDict[str, Holder] = OrderedDict()
+@dataclass(frozen=True)
+class Known:
+    """What never changes about a run: whom it belongs to (its id is never used again; a
+    reset keeps its memo), and the schedule that started it."""
+
+    holder: Holder
+    schedule_id: str | None = None
 
 
-def remember(run_id: str, holder: Holder) -> None:
-    """Keep whom `run_id` belongs to."""
-    _holders[run_id] = holder
-    _holders.move_to_end(run_id)
-    if len(_holders) > HOLDERS_KEPT:
-        _holders.popitem(last=False)
+# What this process knows of the runs it started or described, the latest KNOWN_KEPT: a
+# request about a run seen before is checked without asking Temporal first.
+KNOWN_KEPT = 100_000
+_known: OrderedDict[str, Known] = OrderedDict()
+
+
+def remember(run_id: str, memo: Mapping[str, Any]) -> Known:
+    """Keep what never changes about `run_id`, from its memo."""
+    schedule_id = memo.get("schedule_id")
+    known = _known[run_id] = Known(
+        holder_in(memo), schedule_id if isinstance(schedule_id, str) else None
+    )
+    _known.move_to_end(run_id)
+    if len(_known) > KNOWN_KEPT:
+        _known.popitem(last=False)
+    return known
 
 
 async def run_for(
@@ -186,23 +198,22 @@ async def run_for(
 ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription]:
     """The run `run_id`, which `caller` may `action`: its handle and description."""
     handle, desc = await describe_run(client, run_id)
-    holder = await holder_of(desc)
-    remember(run_id, holder)
-    check(caller, action, holder, f"run '{run_id}'")
+    known = remember(run_id, await desc.memo())
+    check(caller, action, known.holder, f"run '{run_id}'")
     return handle, desc
 
 
 def known_run(
     client: Client, caller: Principal, action: Action, run_id: str
-) -> tuple[WorkflowHandle[Any, Any], Holder] | None:
-    """The run `run_id`, which `caller` may `action`, and whom it belongs to, if this
-    process knows that without asking Temporal (whether it is still open, it does not
-    know); None if it does not."""
-    holder = _holders.get(run_id)
-    if holder is None:
+) -> tuple[WorkflowHandle[Any, Any], Known] | None:
+    """The run `run_id`, which `caller` may `action`, and what never changes about it, if
+    this process knows that without asking Temporal (whether it is still open, it does
+    not know); None if it does not."""
+    known = _known.get(run_id)
+    if known is None:
         return None
-    check(caller, action, holder, f"run '{run_id}'")
-    return client.get_workflow_handle(run_id), holder
+    check(caller, action, known.holder, f"run '{run_id}'")
+    return client.get_workflow_handle(run_id), known
 
 
 def server_wide(caller: Principal) -> None:

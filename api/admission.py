@@ -211,7 +211,7 @@ async def start_run(
         static_summary=inp.goal,
         static_details=run_details(inp),
     )
-    access.remember(inp.run_id, access.holder_in(kept))
+    access.remember(inp.run_id, kept)
 
 
 def under_policy(

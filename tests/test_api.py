@@ -16,6 +16,7 @@ from openapi_spec_validator import validate
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from api import access
 from api.app import create_app
 from longrun.settings import Settings
 from tests.helpers import Poll, submit
@@ -430,6 +431,23 @@ async def test_pause_and_resume_are_taken_once_and_refused_when_they_change_noth
     )
     unknown = await api.post(f"{url}/approvals/apr-none", json={"decision": "approve"})
     assert unknown.status_code == 404, unknown.text
+
+
+async def test_a_waiting_run_reads_the_same_from_its_query_alone_as_described(
+    api: httpx.AsyncClient, worker: Worker, wait_run: Poll
+) -> None:
+    run_id = await submit(
+        api, [ECHO, {"id": "gate", "approval": {"message": "go?"}, "depends_on": ["a"]}]
+    )
+    # The API started it, so it knows whose it is: at rest, its query alone answers.
+    from_query = await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+    access._known.pop(run_id)  # as an API process that has not seen it would read it
+    described = (await api.get(f"/v1/runs/{run_id}")).json()
+    assert run_id in access._known  # and then it has
+    for read in (from_query, described):
+        read.pop("usage")  # its duration goes on
+    assert from_query == described
+    assert from_query["links"]["self"] == f"/v1/runs/{run_id}" and from_query["retrying"] == []
 
 
 async def test_list_filters_by_status_and_label_and_paginates(

@@ -83,7 +83,7 @@ async def decide_approval(
             await _ended_decision(handle, run_id, approval_id)
         holder = await access.holder_of(desc)
     else:
-        handle, holder = seen
+        handle, holder = seen[0], seen[1].holder
     if access.four_eyes(settings) and holder.owner == caller.name:
         raise HTTPException(403, "four-eyes rule: approve steps of runs you did not start")
     decision = ApprovalDecision(

@@ -195,16 +195,32 @@ async def get_run(
             access.check(caller, "read", Holder(*kept[1]), f"run '{run_id}'")
             return Response(kept[0], media_type="application/json")
         ended.forget(run_id)  # gone, or another execution of it: read afresh
-    # Both at once, so a live run costs one round trip; a closed run refuses the query
-    # at once instead of replaying its history.
-    described, queried = await asyncio.gather(
-        access.run_for(client, caller, "read", run_id),
-        open_state(client, run_id),
-        return_exceptions=True,
-    )
-    if isinstance(described, BaseException):
-        raise described
-    handle, desc = described
+    queried: RunDetail | BaseException | None
+    seen = access.known_run(client, caller, "read", run_id)
+    if seen is not None:
+        # A run this process knows, at rest (waiting for a person, or paused), answers from
+        # its query alone: nothing of it runs, so nothing retries, and what its description
+        # would add never changes.
+        try:
+            queried = await open_state(client, run_id)
+        except Exception as exc:  # as gathered below: said only if the run is live
+            queried = exc
+        if isinstance(queried, RunDetail) and at_rest(queried):
+            queried.links = run_links(settings, run_id)
+            queried.schedule_id = seen[1].schedule_id
+            return Response(queried.model_dump_json().encode(), media_type="application/json")
+        handle, desc = await access.run_for(client, caller, "read", run_id)
+    else:
+        # Both at once, so a live run costs one round trip; a closed run refuses the query
+        # at once instead of replaying its history.
+        described, queried = await asyncio.gather(
+            access.run_for(client, caller, "read", run_id),
+            open_state(client, run_id),
+            return_exceptions=True,
+        )
+        if isinstance(described, BaseException):
+            raise described
+        handle, desc = described
     final = run_status_of(desc)
     stored = await stored_part(settings, run_id, desc, "status")
     detail = None if stored is None else as_detail(stored)
@@ -233,6 +249,13 @@ async def get_run(
         holder = await access.holder_of(desc)
         ended.keep(run_id, desc.run_id or "", body, (holder.owner, holder.tenant))
     return Response(body, media_type="application/json")
+
+
+def at_rest(detail: RunDetail) -> bool:
+    """Whether nothing of a live run is under way: it waits for a person or is paused,
+    and no step runs (so no call of it is in flight, or retried)."""
+    waits = detail.status in ("waiting_approval", "paused")
+    return waits and not any(step.status == "running" for step in detail.steps)
 
 
 @router.get("/{run_id}/steps/{step_id}", responses=answers(404))
