@@ -62,6 +62,7 @@ STARTED_WITH = (
     "steps-need-evidence",
     "step-evidence-kept",
     "last-step-to-the-checks",
+    "fix-steps-restate-the-goal",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

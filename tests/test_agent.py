@@ -751,8 +751,13 @@ async def test_a_last_step_claimed_done_is_left_to_its_tool_checks_not_the_judge
     assert standin.calls(marker, role="judge") == []
     acts = standin.calls(marker, role="act")
     assert len(acts) == 3
-    # The claim went straight to the check, whose failure the model was told.
-    told = str(acts[2]["messages"])
-    assert "sum.txt" in told and "70" in told and "Make the failing acceptance" in told
+    # The claim went straight to the check, whose failure the model was told, with the
+    # goal itself to work on again (no step name a model could take for a tool).
+    told = acts[2]["messages"][-1]["content"]
+    assert "sum: output does not contain '70'" in told and "Make the failing" not in told
     assert run["premature_completions"] == 1
-    await replays_and_is_kept(client, run_id, "agent_last_step_to_the_checks")
+    assert [(p["id"], p["intent"]) for p in run["plan"]] == [
+        ("goal", f"{marker}: write the sum of 12 and 58 into sum.txt"),
+        ("fix-1", f"{marker}: write the sum of 12 and 58 into sum.txt"),
+    ]
+    await replays_and_is_kept(client, run_id, "agent_fix_restates_the_goal")

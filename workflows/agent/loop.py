@@ -47,6 +47,12 @@ CONTEXT_PATCH = "agent-context"
 # Runs started before a failed replan asked a person fail the way they did.
 REPLAN_HELP_PATCH = "replan-needs-help"
 DIRECT_STEP = "goal"  # the one step of a run that works on its goal without a plan
+# The step added when the plan is done and a criterion fails: runs started with the change
+# work on the goal itself again, its failures as the expected evidence. A small model took
+# "Make the failing acceptance criteria pass" for a tool to call, and knew no more of what
+# to do.
+FIX_RESTATES_THE_GOAL = "fix-steps-restate-the-goal"
+FIX_INTENT = "Make the failing acceptance criteria pass"
 
 
 class AgentLoop:
@@ -69,6 +75,7 @@ class AgentLoop:
             self.state.restore(carried)
         self._turns_at_start = self.state.turns
         self._verified_here = 0  # plan steps verified in this history segment
+        self._restates = False  # run() sets it for runs started with the change
         self._checker = Checker(parts, spec, self.state)
         self._memory = Memory(parts, spec, self.state)
         self._actor = Actor(parts, spec, self.state, self._checker, self._memory)
@@ -81,6 +88,7 @@ class AgentLoop:
         self._checker.steps_need_evidence = changed(STEPS_NEED_EVIDENCE)
         self._actor.keeps_evidence = changed(STEP_EVIDENCE_KEPT)
         self._checker.last_step_to_the_checks = changed(LAST_STEP_TO_THE_CHECKS)
+        self._restates = changed(FIX_RESTATES_THE_GOAL)
         if watching(s):
             ledger = self._parts.ledger
             self._watch = self._actor.watch = ProgressWatch(
@@ -112,7 +120,7 @@ class AgentLoop:
                 s.plan.append(
                     PlanItem(
                         id=f"fix-{s.premature_completions}",
-                        intent="Make the failing acceptance criteria pass",
+                        intent=self._parts.inp.goal if self._restates else FIX_INTENT,
                         expected_evidence=failures[:2000],
                     )
                 )
