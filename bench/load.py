@@ -25,7 +25,9 @@ later ones; the throughput (calls ended in the timed window, per second); the CP
 used; and every unexpected answer: any 5xx, any other status than the one the call should
 get, any transport error (each kind counted, with a sample body). The goal is no 5xx at all;
 the API answers 503 to a read no worker answered within its query wait (20 s), so a first
-read that waits longer for the run's first workflow task is one.
+read that waits longer for the run's first workflow task is one. And where a decision
+waits once signalled, from up to 40 decided runs' histories on each side: until a worker
+picks up the task, the task itself, until the run closed.
 
 The clients run in one process of their own (one event loop for all of them, its CPU
 reported) so their CPU is not spent inside the API process, but
