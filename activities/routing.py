@@ -21,9 +21,14 @@ DONE = "done"  # the action that ends the step with a summary and no tool call
 ROUTED_ID = "routed"
 
 
+def offered_names(tools: list[dict[str, Any]]) -> list[str]:
+    """The names of `tools` (OpenAI tool definitions), as offered."""
+    return [t["function"]["name"] for t in tools if "function" in t]
+
+
 def action_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
     """The schema of one action among `tools` (OpenAI tool definitions)."""
-    names = [t["function"]["name"] for t in tools if "function" in t]
+    names = offered_names(tools)
     return {
         "type": "object",
         "properties": {
@@ -90,7 +95,7 @@ def text_calls(content: str, tools: list[dict[str, Any]], turn: int) -> list[Too
     or a list of them, fenced or with prose around. An object is a call if it names an
     offered tool, or names any tool with its arguments (the run then refuses it and lists
     the tools it may call)."""
-    offered = {t["function"]["name"] for t in tools if "function" in t}
+    offered = set(offered_names(tools))
     tagged = [m.group(1) for m in _TAGGED.finditer(content)]
     found: list[tuple[str, dict[str, Any]]] = []
     for chunk in tagged or [content]:
@@ -109,7 +114,7 @@ def named(calls: list[ToolCallRequest], tools: list[dict[str, Any]]) -> list[Too
     """`calls`, each that names an offered tool in another spelling named as offered:
     `WriteFileArgs` (the title of its arguments' schema), `WriteFile` or `write-file` is
     `write_file`. Any other name stays as it was, for the run to refuse."""
-    offered = {t["function"]["name"] for t in tools if "function" in t}
+    offered = set(offered_names(tools))
     spelled: dict[str, list[str]] = {}
     for name in offered:
         spelled.setdefault(_spelling(name), []).append(name)
@@ -140,7 +145,7 @@ def calls_badly(
     policy at work, or a page that tricked it), and the watchdog counts such answers."""
     if calls or not content:
         return None
-    offered = {t["function"]["name"] for t in tools if "function" in t}
+    offered = set(offered_names(tools))
     tried = "<tool_call>" in content or any(
         f'"{name}"' in content and ('"name"' in content or '"tool"' in content) for name in offered
     )

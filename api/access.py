@@ -193,27 +193,33 @@ def remember(run_id: str, memo: Mapping[str, Any]) -> Known:
     return known
 
 
+async def described_run(
+    client: Client, caller: Principal, action: Action, run_id: str
+) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription, Known]:
+    """The run `run_id`, which `caller` may `action`: its handle, its description and
+    what never changes about it (now remembered)."""
+    handle, desc = await describe_run(client, run_id)
+    known = remember(run_id, await desc.memo())
+    check(caller, action, known.holder, f"run '{run_id}'")
+    return handle, desc, known
+
+
 async def run_for(
     client: Client, caller: Principal, action: Action, run_id: str
 ) -> tuple[WorkflowHandle[Any, Any], WorkflowExecutionDescription]:
     """The run `run_id`, which `caller` may `action`: its handle and description."""
-    handle, desc = await describe_run(client, run_id)
-    known = remember(run_id, await desc.memo())
-    check(caller, action, known.holder, f"run '{run_id}'")
+    handle, desc, _ = await described_run(client, caller, action, run_id)
     return handle, desc
 
 
-def known_run(
-    client: Client, caller: Principal, action: Action, run_id: str
-) -> tuple[WorkflowHandle[Any, Any], Known] | None:
-    """The run `run_id`, which `caller` may `action`, and what never changes about it, if
-    this process knows that without asking Temporal (whether it is still open, it does
-    not know); None if it does not."""
+def known_run(caller: Principal, action: Action, run_id: str) -> Known | None:
+    """What never changes about the run `run_id`, which `caller` may `action`, if this
+    process knows it without asking Temporal (whether the run is still open, it does not
+    know); None if it does not."""
     known = _known.get(run_id)
-    if known is None:
-        return None
-    check(caller, action, known.holder, f"run '{run_id}'")
-    return client.get_workflow_handle(run_id), known
+    if known is not None:
+        check(caller, action, known.holder, f"run '{run_id}'")
+    return known
 
 
 def server_wide(caller: Principal) -> None:

@@ -40,6 +40,9 @@ JUDGE = (
     "cite the evidence."
 )
 
+# The heading under which a step's verification lists what its tools returned.
+TOOL_RESULTS = "Tool results:"
+
 COMPACTOR = (
     "You keep the progress summary of a long-running agent job. Merge the finished steps "
     "you are given into the current summary. Keep facts later steps may need (names, "

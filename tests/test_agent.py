@@ -46,6 +46,13 @@ async def audit_of(api: httpx.AsyncClient, run_id: str) -> list[dict[str, Any]]:
     return entries
 
 
+async def verdicts_of(api: httpx.AsyncClient, run_id: str) -> list[dict[str, Any]]:
+    """The run's step verifications, as its `step.verified` events say them."""
+    page = {"limit": 500, "wait_s": 5}
+    events = (await api.get(f"/v1/runs/{run_id}/events/page", params=page)).json()["events"]
+    return [e["data"] for e in events if e["type"] == "step.verified"]
+
+
 def file_contains(criterion_id: str, path: str, text: str) -> dict[str, Any]:
     """A criterion checked by reading `path`, which must contain `text`."""
     check = {"tool": "read_file", "args": {"path": path}, "expect": {"contains": text}}
@@ -671,9 +678,7 @@ async def test_a_step_asking_for_a_tools_work_with_no_tool_run_fails_without_the
     assert run["status"] == "completed", run
     first, second = run["plan"]
     assert first["status"] == "completed" and second["status"] == "completed", run["plan"]
-    page = {"limit": 500, "wait_s": 5}
-    events = (await api.get(f"/v1/runs/{run_id}/events/page", params=page)).json()["events"]
-    verified = [e["data"] for e in events if e["type"] == "step.verified"]
+    verified = await verdicts_of(api, run_id)
     assert [v["passed"] for v in verified] == [False, True, True], verified
     assert verified[0]["evidence"].startswith("no tool ran in this step"), verified[0]
     # The claim never reached the judge: the write's step and the step needing no tool did.
@@ -715,9 +720,7 @@ async def test_a_judges_pass_quoting_no_tool_output_does_not_pass_the_step(
     )
     run = await wait_run(run_id)
     assert run["status"] == "completed", run
-    page = {"limit": 500, "wait_s": 5}
-    events = (await api.get(f"/v1/runs/{run_id}/events/page", params=page)).json()["events"]
-    verified = [e["data"] for e in events if e["type"] == "step.verified"]
+    verified = await verdicts_of(api, run_id)
     assert [v["passed"] for v in verified] == [False, True], verified
     assert verified[0]["evidence"].startswith(f"the judge passed it quoting '{claim}'")
     # The step's second attempt ran no tool: the write of its first is still its evidence.

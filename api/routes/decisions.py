@@ -76,15 +76,14 @@ async def decide_approval(
     other caller gets 409 naming the decision that won."""
     # A run this process knows goes straight to the signal, which a run that has ended
     # refuses (then said as for one described as ended).
-    seen = access.known_run(client, caller, "decide", run_id)
-    if seen is None:
-        handle, desc = await access.run_for(client, caller, "decide", run_id)
+    run = access.known_run(caller, "decide", run_id)
+    if run is None:
+        handle, desc, run = await access.described_run(client, caller, "decide", run_id)
         if run_status_of(desc) in FINAL_RUN_STATUSES:
             await _ended_decision(handle, run_id, approval_id)
-        holder = await access.holder_of(desc)
     else:
-        handle, holder = seen[0], seen[1].holder
-    if access.four_eyes(settings) and holder.owner == caller.name:
+        handle = client.get_workflow_handle(run_id)
+    if access.four_eyes(settings) and run.holder.owner == caller.name:
         raise HTTPException(403, "four-eyes rule: approve steps of runs you did not start")
     decision = ApprovalDecision(
         approval_id=approval_id,

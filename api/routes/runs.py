@@ -196,8 +196,8 @@ async def get_run(
             return Response(kept[0], media_type="application/json")
         ended.forget(run_id)  # gone, or another execution of it: read afresh
     queried: RunDetail | BaseException | None
-    seen = access.known_run(client, caller, "read", run_id)
-    if seen is not None:
+    known = access.known_run(caller, "read", run_id)
+    if known is not None:
         # A run this process knows, at rest (waiting for a person, or paused), answers from
         # its query alone: nothing of it runs, so nothing retries, and what its description
         # would add never changes.
@@ -207,7 +207,7 @@ async def get_run(
             queried = exc
         if isinstance(queried, RunDetail) and at_rest(queried):
             queried.links = run_links(settings, run_id)
-            queried.schedule_id = seen[1].schedule_id
+            queried.schedule_id = known.schedule_id
             return Response(queried.model_dump_json().encode(), media_type="application/json")
         handle, desc = await access.run_for(client, caller, "read", run_id)
     else:

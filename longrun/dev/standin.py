@@ -221,7 +221,7 @@ def role_of(body: dict[str, Any]) -> Role:
 def _first_tool_result(body: dict[str, Any]) -> str:
     """The first tool result a judge's request lists (what a pass quotes), or ""."""
     said = "\n".join(str(m.get("content") or "") for m in body.get("messages") or [])
-    _, _, results = said.partition("Tool results:\n")
+    _, _, results = said.partition(f"{prompts.TOOL_RESULTS}\n")
     first = results.split("\n", 1)[0]
     return first[2:] if first.startswith("- ") else ""
 

@@ -102,7 +102,7 @@ class Checker:
             summary=f"verify: {item.id}",
             statement=f"This step is done: {item.intent}. "
             f"Expected evidence: {item.expected_evidence}",
-            observations=f"The agent's summary: {item.summary}\nTool results:\n"
+            observations=f"The agent's summary: {item.summary}\n{prompts.TOOL_RESULTS}\n"
             + prompts.bullet(self._state.observations),
             outputs=list(self._state.observations),
             journal=Note(kind="summary", step=item.id, text=f"{item.intent}: {item.summary}")
