@@ -18,6 +18,7 @@ from activities.errors import fatal, reported_with_attempt
 from activities.heartbeat import heartbeating
 from activities.memory import Journal
 from activities.model import ModelActivities
+from activities.tools.builtin import ends
 from activities.tools.registry import REGISTRY, ToolContext, call_redacted, workspace_of
 from activities.tools.workspace import check_relative
 from longrun import beneath
@@ -75,7 +76,8 @@ def evaluate(
         else:
             if not exists:
                 problems.append(f"no file {expect.file_exists!r} in the workspace")
-    tail = text[-800:]
+    # A process's two streams each keep their end: a test runner's verdict is on stdout.
+    tail = ends(out, 800) if "stdout" in out or "stderr" in out else text[-800:]
     if problems:
         return Verdict(
             passed=False, evidence="; ".join(problems) + (f"\noutput: {tail}" if tail else "")

@@ -24,7 +24,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.tools import REGISTRY, build_tool_activities
-from longrun.contracts import SideEffect, ToolCall
+from activities.verify import evaluate
+from longrun.contracts import Expect, SideEffect, ToolCall
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
 from tests.helpers import sleep_for, sleeping
@@ -228,6 +229,26 @@ async def test_shell_nonzero_exit(tools: Tools) -> None:
     assert err.non_retryable and "sh exited with 3" in err.message and "oops" in err.message
     out = await tools.run("shell", argv=argv, check=False)
     assert out["exit_code"] == 3 and out["stderr"] == "oops\n"
+
+
+async def test_a_failed_command_says_the_end_of_both_its_streams(tools: Tools) -> None:
+    """As pytest does: its verdict on stdout, plugin warnings filling stderr. A model told
+    only stderr's end ran the same empty test suite six times on a real server."""
+    warn = "yes 'DeprecationWarning: unset option' | head -c 5000 >&2"
+    script = f"echo 'no tests ran in 0.01s'; {warn}; exit 5"
+    err = await tools.fail("shell", argv=["sh", "-c", script])
+    assert "sh exited with 5" in err.message
+    assert "stdout (end): no tests ran in 0.01s" in err.message, err.message
+    assert "stderr (end): " in err.message and "DeprecationWarning" in err.message
+    assert len(err.message) < 1200
+
+
+def test_a_failed_check_shows_the_end_of_both_streams(workspace: Path) -> None:
+    output = {"exit_code": 5, "stdout": "no tests ran in 0.01s\n", "stderr": "warning\n" * 500}
+    verdict = evaluate(Expect(exit_code=0), output, None, workspace)
+    assert not verdict.passed
+    assert "exit code 5, expected 0" in verdict.evidence
+    assert "stdout (end): no tests ran" in verdict.evidence, verdict.evidence
 
 
 async def test_shell_output_is_capped_at_64_kib(tools: Tools) -> None:

@@ -267,10 +267,26 @@ async def _run_process(
             raise fatal(f"{argv[0]}: {bound}", type="SandboxBound")
         quota.check()
         if check and result["exit_code"] != 0:
-            out = result["stderr"][-1000:] or result["stdout"][-1000:]
-            raise fatal(f"{argv[0]} exited with {result['exit_code']}: {out}")
+            raise fatal(f"{argv[0]} exited with {result['exit_code']}: {ends(result, 1000)}")
         return result
     raise AssertionError("unreachable")  # mypy: an exit stack may swallow exceptions
+
+
+def ends(output: dict[str, Any], chars: int) -> str:
+    """What a process said last, in at most about `chars` characters: the end of its
+    stdout and of its stderr, each named when both have something. Test runners and
+    compilers report on stdout while warnings fill stderr, so neither alone is enough."""
+    streams = {k: str(output.get(k) or "") for k in ("stdout", "stderr")}
+    said = {k: v for k, v in streams.items() if v.strip()}
+    if len(said) < 2:
+        return next(iter(said.values()), "")[-chars:]
+    # Each stream gets half; what one does not use, the other may.
+    half = chars // 2
+    room = {
+        k: half + max(0, half - len(said[other]))
+        for k, other in (("stdout", "stderr"), ("stderr", "stdout"))
+    }
+    return "\n".join(f"{k} (end): {v[-room[k] :]}" for k, v in said.items())
 
 
 async def _supervise(
