@@ -63,6 +63,7 @@ STARTED_WITH = (
     "step-evidence-kept",
     "last-step-to-the-checks",
     "fix-steps-restate-the-goal",
+    "criteria-in-prose",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

@@ -763,4 +763,11 @@ async def test_a_last_step_claimed_done_is_left_to_its_tool_checks_not_the_judge
         ("goal", f"{marker}: write the sum of 12 and 58 into sum.txt"),
         ("fix-1", f"{marker}: write the sum of 12 and 58 into sum.txt"),
     ]
+    # The check is told in words: a small model copied `{"contains": "70"}` into files.
+    first = "\n".join(str(m["content"]) for m in acts[0]["messages"])
+    said = (
+        'sum: at the end, read_file is called with path sum.txt, and its output must contain "70"'
+    )
+    assert said in first and '{"contains"' not in first, first
     await replays_and_is_kept(client, run_id, "agent_fix_restates_the_goal")
+    await replays_and_is_kept(client, run_id, "agent_criteria_in_prose")

@@ -91,6 +91,7 @@ class Actor:
         self._gate = StallGate(parts, spec.watchdog)
         self._changed = False  # a tool call changed something since the last check
         self.keeps_evidence = False  # the loop sets it for runs started with the change
+        self.criteria_in_prose = False  # likewise
 
     async def act(self, item: PlanItem, feedback: str | None) -> bool:
         """Work on one step until the model says it is done; True if `finish` was proven."""
@@ -226,6 +227,7 @@ class Actor:
             item,
             feedback,
             inp.config.prompt_token_budget,
+            prose=self.criteria_in_prose,
         )
 
     def _invalid(self, reply: str) -> str:

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
         AgentPlan,
         Brief,
         Criterion,
+        Expect,
         PlanItem,
         ToolCallRequest,
         ToolCheck,
@@ -31,13 +32,44 @@ NOTES_KEPT = 10
 PLAN_WINDOW = 5  # plan steps shown on each side of the current one
 
 
-def describe_criterion(criterion: Criterion) -> str:
-    """A criterion as a person (or a model) reads it."""
+def describe_criterion(criterion: Criterion, *, prose: bool = False) -> str:
+    """A criterion as a person (or a model) reads it: a tool check in words with `prose`
+    (runs started with CRITERIA_IN_PROSE), else as JSON, which a small model copies: it
+    wrote `{"contains": "2"}` into the file the check reads."""
     check = criterion.check
-    if isinstance(check, ToolCheck):
+    if not isinstance(check, ToolCheck):
+        return f"{criterion.id}: {check.judge}"
+    if not prose:
         expect = check.expect.model_dump(exclude_none=True)
         return f"{criterion.id}: {check.tool} {preview(check.args)} must give {preview(expect)}"
-    return f"{criterion.id}: {check.judge}"
+    call = " and ".join(f"{k} {_spoken(v)}" for k, v in check.args.items())
+    return (
+        f"{criterion.id}: at the end, {check.tool} is called"
+        + (f" with {call}" if call else "")
+        + f", and {' and '.join(_expected(check.expect))}"
+    )
+
+
+def _spoken(value: Any) -> str:
+    """An argument as words: a command's argv as its command line."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return f"`{' '.join(value)}`"
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _expected(expect: Expect) -> list[str]:
+    said = []
+    if expect.exit_code is not None:
+        said.append(f"it must exit with code {expect.exit_code}")
+    if expect.contains is not None:
+        said.append(f'its output must contain "{expect.contains}"')
+    if expect.regex is not None:
+        said.append(f"its output must match the regular expression {expect.regex}")
+    if expect.json_path is not None:
+        said.append(f"{expect.json_path} in its result must be {json.dumps(expect.equals)}")
+    if expect.file_exists is not None:
+        said.append(f"the file {expect.file_exists} must exist")
+    return said
 
 
 def function_name(tool: str) -> str:
@@ -117,11 +149,13 @@ def brief(
     item: PlanItem,
     feedback: str | None,
     token_budget: int,
+    *,
+    prose: bool = False,
 ) -> Brief:
     """What `model.act` assembles a step's prompt from."""
     return Brief(
         goal=goal,
-        criteria=[describe_criterion(c) for c in criteria],
+        criteria=[describe_criterion(c, prose=prose) for c in criteria],
         plan=plan_window(plan, item),
         summary=summary,
         progress=notes,

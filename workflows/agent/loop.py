@@ -52,6 +52,8 @@ DIRECT_STEP = "goal"  # the one step of a run that works on its goal without a p
 # "Make the failing acceptance criteria pass" for a tool to call, and knew no more of what
 # to do.
 FIX_RESTATES_THE_GOAL = "fix-steps-restate-the-goal"
+# Tool checks are told in words, not as JSON (briefs.describe_criterion).
+CRITERIA_IN_PROSE = "criteria-in-prose"
 FIX_INTENT = "Make the failing acceptance criteria pass"
 
 
@@ -76,6 +78,7 @@ class AgentLoop:
         self._turns_at_start = self.state.turns
         self._verified_here = 0  # plan steps verified in this history segment
         self._restates = False  # run() sets it for runs started with the change
+        self._prose = False  # likewise
         self._checker = Checker(parts, spec, self.state)
         self._memory = Memory(parts, spec, self.state)
         self._actor = Actor(parts, spec, self.state, self._checker, self._memory)
@@ -89,6 +92,7 @@ class AgentLoop:
         self._actor.keeps_evidence = changed(STEP_EVIDENCE_KEPT)
         self._checker.last_step_to_the_checks = changed(LAST_STEP_TO_THE_CHECKS)
         self._restates = changed(FIX_RESTATES_THE_GOAL)
+        self._prose = self._actor.criteria_in_prose = changed(CRITERIA_IN_PROSE)
         if watching(s):
             ledger = self._parts.ledger
             self._watch = self._actor.watch = ProgressWatch(
@@ -245,7 +249,7 @@ class AgentLoop:
                     run_id=inp.run_id,
                     model=self._spec.planner_model,
                     goal=inp.goal,
-                    criteria=[briefs.describe_criterion(c) for c in self._spec.acceptance],
+                    criteria=self._criteria(),
                     tools=self._spec.tools,
                     context=context,
                     previous_error=error,
@@ -284,9 +288,12 @@ class AgentLoop:
             return self._direct(f"{why}; last problem: {error}")
         raise StepFailed(f"{why}; last problem: {error}")
 
+    def _criteria(self) -> list[str]:
+        return [briefs.describe_criterion(c, prose=self._prose) for c in self._spec.acceptance]
+
     def _direct(self, why: str) -> list[PlanItem]:
         """The goal as the plan's one step: what a run without a plan works on."""
-        criteria = [briefs.describe_criterion(c) for c in self._spec.acceptance]
+        criteria = self._criteria()
         self._parts.audit.record("planner", "direct", why, event=False)
         self._parts.events.emit("plan.made", replan=False, steps=DIRECT_STEP, direct=why)
         return [
