@@ -21,7 +21,7 @@ from longrun.evals.fixture import Effect, Report
 from longrun.evals.plain import Loop
 from longrun.evals.proxy import CuttableProxy
 from longrun.evals.runner import Attempt, Fault, Outcome, scores
-from longrun.evals.tasks import Task, failures, load_tasks
+from longrun.evals.tasks import Task, failures, load_tasks, without_effect
 from longrun.settings import Settings
 from tests.helpers import REPO, StandIn
 
@@ -103,6 +103,36 @@ def test_checkers_find_what_a_run_did_not_do(tmp_path: Path) -> None:
         "never",
         "budget",
     ], found
+
+
+def test_a_run_completed_without_any_change_asked_for_is_counted(tmp_path: Path) -> None:
+    def task(expect: dict[str, Any]) -> Task:
+        body = {"name": "t", "about": "t", "level": "easy", "run": {"goal": "g"}}
+        return Task.model_validate({**body, "expect": expect})
+
+    writes = task({"files": {"out.txt": {"equals": "70"}, "gone.txt": {"absent": True}}})
+    orders = task({"effects": {"order": [{"item": "fig"}]}})
+    reads = task({"fetched": ["GET /data/prices"]})
+    nothing = Report(requests={}, by_run={}, effects=[], absorbed=0, applied_twice=0)
+    assert without_effect(writes, _run(), nothing, tmp_path)
+    assert without_effect(orders, _run(), nothing, tmp_path)
+    assert not without_effect(reads, _run(), nothing, tmp_path)  # asks for no change
+    assert not without_effect(writes, _run(status="failed"), nothing, tmp_path)
+    ordered = Report(
+        requests={},
+        by_run={},
+        effects=[Effect(name="order", body={"item": "pear"}, key="run-1:t1")],
+        absorbed=0,
+        applied_twice=0,
+    )
+    assert not without_effect(orders, _run(), ordered, tmp_path)  # a change, if not the one
+    (tmp_path / "out.txt").write_text("69")
+    assert not without_effect(writes, _run(), nothing, tmp_path)
+    attempts = [
+        Attempt("a", "goal", "easy", 1, "r1", "completed", False, without_effect=True),
+        Attempt("a", "goal", "easy", 2, "r2", "completed", True),
+    ]
+    assert scores(Outcome({}, attempts, [], {}))["completed_without_effect"] == 1
 
 
 def test_scores_are_pass_at_one_pass_at_k_and_the_rest() -> None:

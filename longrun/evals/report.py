@@ -63,7 +63,7 @@ def plot(outcome: Outcome, found: dict[str, Any], path: Path) -> bool:
 
 def table(rows: list[tuple[str, dict[str, Any]]]) -> str:
     """A Markdown table of scores, one row per (label, scores)."""
-    head = ["run", *SHOWN, "faults", "recovery p50/max s", "applied twice"]
+    head = ["run", *SHOWN, "faults", "recovery p50/max s", "applied twice", "done, no effect"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, found in rows:
         recovery = f"{found['recovery_p50_s']}/{found['recovery_max_s']}"
@@ -71,5 +71,6 @@ def table(rows: list[tuple[str, dict[str, Any]]]) -> str:
             recovery = "-"
         cells = [label, *(str(found[name]) for name in SHOWN)]
         cells += [str(found["faults"]), recovery, str(found["applied_twice"])]
+        cells.append(str(found.get("completed_without_effect", "-")))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

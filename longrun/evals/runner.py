@@ -33,7 +33,7 @@ from longrun.dev.standin import STANDIN_MODEL
 from longrun.evals.fixture import Fixture, fixture_app
 from longrun.evals.plain import Loop
 from longrun.evals.proxy import CuttableProxy
-from longrun.evals.tasks import Task, failures
+from longrun.evals.tasks import Task, failures, without_effect
 from longrun.settings import Settings
 
 ENDED = ("completed", "failed", "cancelled")
@@ -85,6 +85,7 @@ class Attempt:
     model_calls: int = 0
     input_tokens: int = 0  # prompt tokens over all its model calls
     trail: list[str] = field(default_factory=list)  # a failed run's latest events, in short
+    without_effect: bool = False  # completed having made none of the changes asked for
 
 
 @dataclass
@@ -282,7 +283,9 @@ class Eval:
         attempt.cost_usd = run["usage"]["cost_usd"]
         attempt.model_calls = run["usage"]["model_calls"]
         attempt.input_tokens = run["usage"]["input_tokens"]
-        return await asyncio.to_thread(failures, task, run, self.fixture.report(), workspace)
+        seen = self.fixture.report()
+        attempt.without_effect = await asyncio.to_thread(without_effect, task, run, seen, workspace)
+        return await asyncio.to_thread(failures, task, run, seen, workspace)
 
     async def _attempt(self, task: Task, attempt: Attempt) -> None:
         marker, body = await self._prepared(task)
@@ -504,8 +507,9 @@ def run_suite(tasks: list[Task], options: Options, say: Callable[[str], None]) -
 
 
 def scores(outcome: Outcome, baseline: bool = False) -> dict[str, Any]:
-    """pass^1, pass^k, cost per success, time p50/p95, model calls, recovery and side
-    effects twice: of longrun's attempts, or with `baseline` of the baseline's."""
+    """pass^1, pass^k, cost per success, time p50/p95, model calls, recovery, side effects
+    twice and completions without an effect: of longrun's attempts, or with `baseline` of
+    the baseline's."""
     attempts = outcome.baseline if baseline else outcome.attempts
     by_task: dict[str, list[Attempt]] = {}
     for attempt in attempts:
@@ -536,6 +540,8 @@ def scores(outcome: Outcome, baseline: bool = False) -> dict[str, Any]:
         "applied_twice": outcome.fixture.get(
             "baseline_applied_twice" if baseline else "applied_twice", 0
         ),
+        # What must stay 0: a run called done though nothing the goal asked for was done.
+        "completed_without_effect": sum(a.without_effect for a in attempts),
         "per_task": {name: f"{sum(a.passed for a in t)}/{len(t)}" for name, t in by_task.items()},
     }
 

@@ -139,6 +139,19 @@ def failures(task: Task, run: dict[str, Any], seen: Report, workspace: Path) -> 
     return found
 
 
+def without_effect(task: Task, run: dict[str, Any], seen: Report, workspace: Path) -> bool:
+    """Whether the run ended `completed` having made none of the changes its task asks for:
+    no file it is to write exists, no effect it is to apply was applied."""
+    want = task.expect
+    files = [name for name, expect in want.files.items() if not expect.absent]
+    effects = {name for name, bodies in (want.effects or {}).items() if bodies}
+    if run["status"] != "completed" or not (files or effects):
+        return False
+    if any((workspace / name).is_file() for name in files):
+        return False
+    return not any(e.run_id == run["run_id"] and e.name in effects for e in seen.effects)
+
+
 def _file_failures(path: Path, name: str, expect: FileExpect) -> list[str]:
     try:
         text = path.read_text(errors="replace")
