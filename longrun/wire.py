@@ -64,6 +64,7 @@ STARTED_WITH = (
     "last-step-to-the-checks",
     "fix-steps-restate-the-goal",
     "criteria-in-prose",
+    "answered-before-the-end",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

@@ -26,6 +26,7 @@ from longrun.contracts import ToolCall
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, allow, sleep_for, sleeping, submit
+from tests.test_replay import replays_and_is_kept
 
 
 async def test_plan_with_approval_completes(
@@ -71,6 +72,31 @@ async def test_plan_with_approval_completes(
     assert record["decided_at"] is not None
     calls = standin.calls("Summarize e2e: ok")
     assert len(calls) == 1
+
+
+async def test_a_decision_that_ends_the_run_is_answered_before_the_run_ends(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll
+) -> None:
+    """The API asks the run for the decision's outcome, which Temporal delivers once the
+    workflow task that took it has completed. Were the run to end in that task, a worker
+    would replay its whole history to answer; so it ends in a later one."""
+    for decision, status in [("approve", "completed"), ("reject", "failed")]:
+        run_id = await submit(api, [{"id": "gate", "approval": {"message": "go on?"}}])
+        await wait_run(run_id, lambda r: r["status"] == "waiting_approval")
+        said = await api.post(f"/v1/runs/{run_id}/approvals/apr-gate", json={"decision": decision})
+        assert said.status_code == 202, said.text
+        assert (await wait_run(run_id))["status"] == status
+        events = [e async for e in client.get_workflow_handle(run_id).fetch_history_events()]
+        kinds = [e.event_type for e in events]
+        signalled = kinds.index(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)
+        completed = kinds.index(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, signalled)
+        after = kinds[completed + 1 :]
+        # The task that took the decision started a timer; the run ended in a later one.
+        assert EventType.EVENT_TYPE_TIMER_FIRED in after, after
+        took = after[: after.index(EventType.EVENT_TYPE_TIMER_FIRED)]
+        assert EventType.EVENT_TYPE_TIMER_STARTED in took, after
+        assert EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED not in took, after
+        await replays_and_is_kept(client, run_id, f"decision_ends_the_run_{decision}")
 
 
 async def _attributes(client: Client, run_id: str) -> dict[str, object]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
 
@@ -18,7 +19,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from workflows.agent import AgentLoop
-from workflows.common import StepFailed, patched, started_with
+from workflows.common import StepFailed, changed, patched, started_with
 from workflows.final import record_final
 from workflows.handover import HandOver
 from workflows.ledger import Ledger
@@ -63,6 +64,15 @@ TIME_BUDGET_PATCH = "time-budget-while-waiting"
 # An ended run keeps its figures in its memo, where task metrics read them; runs started
 # before end without.
 FIGURES_MEMO_PATCH = "figures-memo"
+# A run that has taken a person's request (a decision, a pause, a budget change) ends in a
+# workflow task of its own. The API asks the run for a request's outcome, and Temporal
+# answers once the task that took it has completed: a run that ended in that task is closed
+# by then, and a worker replays its whole history to answer, which under load was most of a
+# decision's cost. Which task a request came in is not something replay reproduces exactly
+# (local activities extend a task), so any run that took one waits for a timer (which fires
+# at once, or at the server's timer resolution) before it ends.
+ANSWERED_BEFORE_THE_END = "answered-before-the-end"
+ANSWER_GAP = timedelta(milliseconds=1)
 
 
 # Invalid data met inside the workflow fails the run with its message instead of retrying
@@ -267,6 +277,7 @@ class RunWorkflow:
             compensate = exc.compensate or inp.on_failure == "compensate"
             await self._end("failed", str(exc), compensate)
             raise ApplicationError(str(exc), type="RunFailed", non_retryable=True) from None
+        await self._answered_first()
         ending = self._finish("completed", None)
         await record_final(p, ending)
         await p.webhooks.settle()
@@ -322,12 +333,19 @@ class RunWorkflow:
             if compensate:
                 outcome = await p.undo.compensate(p.calls, p.ledger)
                 p.status.result = outcome.model_dump()
+            await self._answered_first()
         finally:
             ending = self._finish(status, error)
         await record_final(p, ending)
         await p.webhooks.settle()
         await p.children.settle()
         await p.reporting.final([] if compensate else p.undo.calls)
+
+    async def _answered_first(self) -> None:
+        """Let a request this workflow task took be answered before the run ends (see
+        ANSWERED_BEFORE_THE_END)."""
+        if self._p.requests.outcomes and changed(ANSWERED_BEFORE_THE_END):
+            await workflow.sleep(ANSWER_GAP, summary="answer the request before the run ends")
 
     def _finish(self, status: RunStatusName, error: str | None) -> dict[str, Any]:
         """Record the run's end; returns what its memo is still to hold (runs started with
