@@ -161,11 +161,6 @@ def holder_in(memo: Mapping[str, Any], unowned: str = "local") -> Holder:
     )
 
 
-async def holder_of(desc: WorkflowExecutionDescription) -> Holder:
-    """Whom a run belongs to."""
-    return holder_in(await desc.memo())
-
-
 @dataclass(frozen=True)
 class Known:
     """What never changes about a run: whom it belongs to (its id is never used again; a

@@ -44,8 +44,8 @@ async def grant_for(
     """The grant `caller` may give for `spec` (checked by the access layer), or 403/404."""
     four_eyes = access.four_eyes(settings)
     if spec.run_id is not None:
-        _, desc = await access.run_for(client, caller, "decide", spec.run_id)
-        if four_eyes and (await access.holder_of(desc)).owner == caller.name:
+        _, _, run = await access.described_run(client, caller, "decide", spec.run_id)
+        if four_eyes and run.holder.owner == caller.name:
             raise HTTPException(403, "four-eyes rule: grant approvals for runs you did not start")
     return standing.new_grant(spec, caller, four_eyes)
 

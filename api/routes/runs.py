@@ -209,18 +209,18 @@ async def get_run(
             queried.links = run_links(settings, run_id)
             queried.schedule_id = known.schedule_id
             return Response(queried.model_dump_json().encode(), media_type="application/json")
-        handle, desc = await access.run_for(client, caller, "read", run_id)
+        handle, desc, known = await access.described_run(client, caller, "read", run_id)
     else:
         # Both at once, so a live run costs one round trip; a closed run refuses the query
         # at once instead of replaying its history.
         described, queried = await asyncio.gather(
-            access.run_for(client, caller, "read", run_id),
+            access.described_run(client, caller, "read", run_id),
             open_state(client, run_id),
             return_exceptions=True,
         )
         if isinstance(described, BaseException):
             raise described
-        handle, desc = described
+        handle, desc, known = described
     final = run_status_of(desc)
     stored = await stored_part(settings, run_id, desc, "status")
     detail = None if stored is None else as_detail(stored)
@@ -233,7 +233,7 @@ async def get_run(
         # between the two calls: the query replays it.
         detail = await query_state(handle)
     detail.links = run_links(settings, run_id)
-    detail.schedule_id = await desc.memo_value("schedule_id", None)
+    detail.schedule_id = known.schedule_id
     if final in FINAL_RUN_STATUSES and detail.status != final:
         # Ended from outside the workflow (terminated, timed out): Temporal has the last word.
         detail.status = final
@@ -246,7 +246,7 @@ async def get_run(
     # big enough that FastAPI's second validation and encoding would double the cost.
     body = detail.model_dump_json().encode()
     if desc.close_time is not None:
-        holder = await access.holder_of(desc)
+        holder = known.holder
         ended.keep(run_id, desc.run_id or "", body, (holder.owner, holder.tenant))
     return Response(body, media_type="application/json")
 
