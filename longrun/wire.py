@@ -65,6 +65,7 @@ STARTED_WITH = (
     "fix-steps-restate-the-goal",
     "criteria-in-prose",
     "answered-before-the-end",
+    "unchanged-claims-not-rechecked",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

@@ -729,6 +729,42 @@ async def test_a_judges_pass_quoting_no_tool_output_does_not_pass_the_step(
     await replays_and_is_kept(client, run_id, "agent_step_evidence_kept")
 
 
+async def test_a_claim_made_again_with_nothing_changed_is_not_checked_again(
+    api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    # As Qwen did on the README's example: `finish` claimed eight times in a row, each claim
+    # a test run and a judge's call, the same failure each time, until the budget ran out.
+    marker = "agent-claims-again"
+    standin.scenario(
+        [
+            act(marker, ("write_file", {"path": "sum.txt", "content": "12 + 58"})),
+            act(marker, ("finish", {"summary": "sum.txt holds the sum"})),
+            act(marker, ("finish", {"summary": "sum.txt holds the sum, really"})),
+            act(marker, ("write_file", {"path": "sum.txt", "content": "70"})),
+            act(marker, ("finish", {"summary": "sum.txt holds 70"})),
+        ]
+    )
+    run_id = await start(
+        api,
+        goal=f"{marker}: write the sum of 12 and 58 into sum.txt",
+        acceptance=[
+            file_contains("sum", "sum.txt", "70"),
+            {"id": "number", "check": {"judge": "sum.txt holds a number"}},
+        ],
+        tools=["write_file"],
+        strategy="direct",
+    )
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", run
+    assert run["premature_completions"] == 2
+    # Checked twice, not three times: the second claim was answered with the first's failures.
+    assert len(standin.calls(marker, role="judge")) == 2
+    told = standin.calls(marker, role="act")[3]["messages"][-1]["content"]
+    assert "nothing has changed since these acceptance criteria failed" in told, told
+    assert "sum: output does not contain '70'" in told
+    await replays_and_is_kept(client, run_id, "agent_unchanged_claim_not_rechecked")
+
+
 async def test_a_last_step_claimed_done_is_left_to_its_tool_checks_not_the_judge(
     api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
 ) -> None:

@@ -68,9 +68,10 @@ FIGURES_MEMO_PATCH = "figures-memo"
 # workflow task of its own. The API asks the run for a request's outcome, and Temporal
 # answers once the task that took it has completed: a run that ended in that task is closed
 # by then, and a worker replays its whole history to answer (bench/load.py's runs, which end
-# on their decision, cost 89 replays for 106 decisions). Which task a request came in is not something replay reproduces exactly
-# (local activities extend a task), so any run that took one waits for a timer (which fires
-# at once, or at the server's timer resolution) before it ends.
+# on their decision, cost 89 replays for 106 decisions). Which task a request came in is
+# not something replay reproduces exactly (local activities extend a task), so any run that
+# took one waits for a timer (which fires at once, or at the server's timer resolution)
+# before it ends.
 ANSWERED_BEFORE_THE_END = "answered-before-the-end"
 ANSWER_GAP = timedelta(milliseconds=1)
 

@@ -57,6 +57,10 @@ REJECTED_KEPT = 20  # rejected calls remembered, the latest
 # Runs started with it set a stalled step's conversation aside and start the step afresh
 # (told why) before they hold the run for a person, up to `Watchdog.restarts` times a step.
 RESTART_CHANGE = "stalled-steps-restart"
+# Runs started with it answer a claim of the goal met, made when nothing has changed since
+# the criteria last failed, with those failures instead of checking again: on Qwen a claim
+# made over and over cost a test run and a judge's call each, 20-30 s of a 600 s budget.
+UNCHANGED_CLAIMS_CHANGE = "unchanged-claims-not-rechecked"
 # What a restart can help: the model going round in circles, not a phase out of time.
 RESTARTABLE = ("repeated_call", "repeated_output", "invalid_answers", "no_progress")
 
@@ -90,6 +94,8 @@ class Actor:
         self.watch: ProgressWatch | None = None
         self._gate = StallGate(parts, spec.watchdog)
         self._changed = False  # a tool call changed something since the last check
+        # The failures of the latest acceptance check, while no call has changed anything.
+        self._unchanged_failures: str | None = None
         self.keeps_evidence = False  # the loop sets it for runs started with the change
         self.criteria_in_prose = False  # likewise
 
@@ -153,13 +159,22 @@ class Actor:
             for call in result.tool_calls:
                 if call.name == "finish":
                     item.summary = briefs.finish_summary(call)
-                    failures = await self._checker.acceptance()
-                    if not failures:
-                        return True
-                    state.premature_completions += 1
-                    self._parts.events.emit("acceptance.failed", item.id, failures=failures)
-                    state.enter("acting")
-                    reply = f"Not finished: these acceptance criteria fail:\n{failures}"
+                    if self._unchanged_failures and changed(UNCHANGED_CLAIMS_CHANGE):
+                        state.premature_completions += 1
+                        reply = (
+                            "Not finished: nothing has changed since these acceptance "
+                            "criteria failed; change what they check first:\n"
+                            f"{self._unchanged_failures}"
+                        )
+                    else:
+                        failures = await self._checker.acceptance()
+                        if not failures:
+                            return True
+                        state.premature_completions += 1
+                        self._unchanged_failures = failures
+                        self._parts.events.emit("acceptance.failed", item.id, failures=failures)
+                        state.enter("acting")
+                        reply = f"Not finished: these acceptance criteria fail:\n{failures}"
                 else:
                     reply = await self._call_tool(item, call)
                     failing = await self._checked_early()
@@ -186,6 +201,7 @@ class Actor:
             return None
         failures = await checker.acceptance()
         self._state.enter("acting")
+        self._unchanged_failures = failures or None
         return failures
 
     async def held(self, item: PlanItem | None) -> str | None:
@@ -344,6 +360,7 @@ class Actor:
         if spec.side_effect_for(args) != "read_only":
             self._state.effects += 1
             self._changed = True
+            self._unchanged_failures = None
         text = json.dumps(result.output)
         self._state.observe(f"{name} {preview(args)} -> {text[:OBSERVATION_CHARS]}")
         # Big fields are artifact references here; model.act reads them back in, within
