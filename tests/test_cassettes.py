@@ -116,7 +116,27 @@ WRITE_OK = {
 }
 RECORDED = {
     # Recorded before runs went direct when no plan comes: the run asks for a plan only.
+    # Its requests' criterion line was brought to the words criteria are told in since
+    # (`criteria-in-prose`); the answers are as the server gave them.
     "smollm2-write-ok.json": {**WRITE_OK, "max_steps": 6, "strategy": "plan"},
+    # evals/12-goal-hello.json's run, on Qwen2.5-Coder-0.5B served by llama-cpp-python; the
+    # server's run went direct as `auto` does with a goal of one short sentence.
+    "qwen-goal-hello.json": {
+        "strategy": "direct",
+        "goal": "Write the word hello into the file hello.txt.",
+        "tools": ["write_file", "read_file"],
+        "budget": {"max_duration_s": 600, "on_budget_exhausted": "fail"},
+        "acceptance": [
+            {
+                "id": "hello-txt",
+                "check": {
+                    "tool": "read_file",
+                    "args": {"path": "hello.txt"},
+                    "expect": {"regex": "(?i)hello"},
+                },
+            }
+        ],
+    },
 }
 
 
@@ -141,3 +161,21 @@ async def test_a_plan_a_small_model_rambled_on_a_real_server_is_repaired(
         audit = await audit_of(api, run["run_id"])
     assert [e for e in audit if e["action"] == "plan repaired"], audit
     assert standin.calls(role="act"), "it went on to act"
+
+
+async def test_a_call_a_real_model_wrote_as_fenced_json_is_made(
+    client: Client, settings: Settings, standin: StandIn, wait_run: Poll
+) -> None:
+    """Recorded from Qwen2.5-Coder-0.5B on llama-cpp-python's server, which returns the
+    model's call as text: a JSON object in a Markdown fence, no native tool call. A run that
+    read only native calls took the answer for a summary and ran nothing; this one writes
+    the file, its criterion passes at once, and the run completes on that one answer."""
+    recorded = Cassette.model_validate_json((CASSETTES / "qwen-goal-hello.json").read_bytes())
+    assert recorded.entries[0].response["tool_calls"] == []
+    assert "```json" in recorded.entries[0].response["content"]
+    standin.play(json.loads(recorded.model_dump_json()))
+    run = await _run(client, settings, wait_run, RECORDED["qwen-goal-hello.json"])
+    assert run["status"] == "completed", run
+    assert [c["outcome"] for c in standin.calls(role="act")] == ["ok"]
+    workspace = settings.data_dir / "runs" / run["run_id"] / "workspace"
+    assert (workspace / "hello.txt").read_text() == "hello"
