@@ -343,8 +343,8 @@ class RunWorkflow:
         await p.reporting.final([] if compensate else p.undo.calls)
 
     async def _answered_first(self) -> None:
-        """Let a request this workflow task took be answered before the run ends (see
-        ANSWERED_BEFORE_THE_END)."""
+        """End in a workflow task of its own if the run took any request, so the request's
+        outcome is answered from memory (see ANSWERED_BEFORE_THE_END)."""
         if self._p.requests.outcomes and changed(ANSWERED_BEFORE_THE_END):
             await workflow.sleep(ANSWER_GAP, summary="answer the request before the run ends")
 

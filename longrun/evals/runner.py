@@ -284,8 +284,12 @@ class Eval:
         attempt.model_calls = run["usage"]["model_calls"]
         attempt.input_tokens = run["usage"]["input_tokens"]
         seen = self.fixture.report()
-        attempt.without_effect = await asyncio.to_thread(without_effect, task, run, seen, workspace)
-        return await asyncio.to_thread(failures, task, run, seen, workspace)
+
+        def scored() -> tuple[bool, list[str]]:  # both read the workspace: one thread hop
+            return without_effect(task, run, seen, workspace), failures(task, run, seen, workspace)
+
+        attempt.without_effect, found = await asyncio.to_thread(scored)
+        return found
 
     async def _attempt(self, task: Task, attempt: Attempt) -> None:
         marker, body = await self._prepared(task)
