@@ -35,6 +35,16 @@ def transient(message: str, *, retry_after_s: float | None = None) -> Applicatio
     return ApplicationError(message, type="Transient", next_retry_delay=delay)
 
 
+def recovering_s() -> float:
+    """Seconds the running activity waited before this attempt began: earlier attempts lost
+    (a worker that died, a server that could not be reached), their backoff and the wait
+    for a worker; both times are the server's."""
+    if not activity.in_activity() or activity.info().is_local:
+        return 0.0
+    info = activity.info()
+    return round(max(0.0, (info.started_time - info.scheduled_time).total_seconds()), 3)
+
+
 @contextmanager
 def reported_with_attempt() -> Iterator[int]:
     """Re-raise any failure as an ApplicationError carrying the attempt number in its details.

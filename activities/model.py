@@ -21,7 +21,7 @@ from temporalio.exceptions import ApplicationError
 from activities import recording, repair, routing, structured
 from activities.artifacts import store_for
 from activities.endpoint import WINDOW_MARGIN_TOKENS, ContextExceeded, Endpoint, Refused
-from activities.errors import fatal, reported_with_attempt
+from activities.errors import fatal, recovering_s, reported_with_attempt
 from activities.memory import Journal
 from longrun import context, prompts
 from longrun.contracts import (
@@ -79,10 +79,15 @@ class ModelActivities:
 
     async def recorded(self, run_id: str, work: Awaitable[Recordable]) -> Recordable:
         """Do a model activity's `work`; with LONGRUN_RECORD_MODEL_CALLS its calls are kept
-        as an artifact of the run, named in the result (for `longrun cassette`)."""
+        as an artifact of the run, named in the result (for `longrun cassette`). The result
+        says how long the call waited on recovery (see ModelUsage.recovering_s)."""
         with recording.collecting(self._settings.record_model_calls) as calls:
             result = await work
         result.recorded = await recording.kept(self._store, run_id, calls)
+        if isinstance(result, ModelResult):
+            result.recovering_s = recovering_s()
+        elif result.usage is not None:
+            result.usage.recovering_s = recovering_s()
         return result
 
     async def aclose(self) -> None:

@@ -66,6 +66,7 @@ STARTED_WITH = (
     "criteria-in-prose",
     "answered-before-the-end",
     "unchanged-claims-not-rechecked",
+    "recovery-not-counted",
 )
 
 # Memo: the artifact holding the record a run stored as it ended (workflows/final.py):

@@ -18,6 +18,7 @@ from longrun.dev.standin import PROFILES
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, submit
 from tests.test_agent import act, plan, start
+from tests.test_replay import replays_and_is_kept
 from worker import serving
 
 LLAMA_CPP = PROFILES["llama-cpp"].model_dump()
@@ -247,6 +248,28 @@ async def test_model_calls_ride_out_an_outage_longer_than_five_attempts(
     assert all(r.name == "longrun.activity" and r.exc_info is None for r in lines)
     sdk = [r for r in caplog.records if r.name == "temporalio.activity" and r.levelno >= 30]
     assert sdk == []
+
+
+async def test_time_a_call_waited_on_recovery_is_not_counted_against_the_time_budget(
+    api: httpx.AsyncClient, client: Client, worker: Worker, standin: StandIn, wait_run: Poll
+) -> None:
+    # Three failed attempts a second apart: the run is over 3 s old when the first step
+    # answers, and has worked for a fraction of that. Its budget is 2 s.
+    standin.rule(match="back-soon", status=503, retry_after=1, times=3, message="restarting")
+    steps = [
+        {"id": "a", "model": {"prompt": "back-soon: hi"}},
+        {"id": "b", "model": {"prompt": "and then"}, "depends_on": ["a"]},
+    ]
+    budget = {"max_duration_s": 2, "on_budget_exhausted": "pause"}
+    run_id = await submit(api, steps, budget=budget)
+    run = await wait_run(run_id)
+    assert run["status"] == "completed", (run["error"], run["pause_reason"])
+    usage = run["usage"]
+    assert usage["recovering_s"] >= 3, usage
+    assert usage["duration_s"] > 3, usage
+    used = run["budget"]["limits"]["max_duration_s"]["used"]
+    assert used == pytest.approx(usage["duration_s"] - usage["recovering_s"], abs=0.01)
+    await replays_and_is_kept(client, run_id, "recovery_not_counted")
 
 
 async def test_status_shows_the_attempt_and_last_error_of_a_retrying_step(

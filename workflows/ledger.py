@@ -12,7 +12,7 @@ from typing import Literal
 from temporalio import workflow
 
 from workflows.audit import AuditLog
-from workflows.common import Clock, StepFailed
+from workflows.common import Clock, StepFailed, changed
 from workflows.events import EventLog
 
 with workflow.unsafe.imports_passed_through():
@@ -31,6 +31,9 @@ with workflow.unsafe.imports_passed_through():
     )
 
 CallKind = Literal["model", "tool"]
+# Time model calls waited on recovery (ModelUsage.recovering_s) is not counted against the
+# time budget; runs started before count the run's whole age.
+RECOVERY_NOT_COUNTED_CHANGE = "recovery-not-counted"
 # The limits a child run's budget is carved from; time is not carved: a child has what is
 # left of its parent's.
 CARVED = (
@@ -159,6 +162,12 @@ class Ledger:
         """Add what a model call reported it used, if it reported anything."""
         if usage is not None:
             self.add_usage(usage.model, usage.input_tokens, usage.output_tokens)
+            self.recovered(usage.recovering_s)
+
+    def recovered(self, seconds: float) -> None:
+        """A model call waited `seconds` for longrun to recover: not the run's work."""
+        if seconds > 0 and changed(RECOVERY_NOT_COUNTED_CHANGE):
+            self.usage.recovering_s = round(self.usage.recovering_s + seconds, 3)
 
     def count_undo(self) -> None:
         """Count an undo call: counted, but never held back, since undo must run."""
@@ -175,10 +184,15 @@ class Ledger:
             return None
         return self.time_budget_left()
 
+    def worked_s(self) -> float:
+        """What the time budget counts: the run's age less what its model calls waited for
+        longrun to recover."""
+        return self.elapsed_s() - self.usage.recovering_s
+
     def time_budget_left(self) -> float | None:
         """Seconds left of the run's time budget (None: it has none)."""
         limit = self.budget.max_duration_s
-        return None if limit is None else max(0.0, limit - self.elapsed_s())
+        return None if limit is None else max(0.0, limit - self.worked_s())
 
     def time_up(self) -> str:
         """Why a run whose time budget is used up fails."""
@@ -187,7 +201,7 @@ class Ledger:
     def used(self) -> dict[str, float]:
         """What the run has used (its child runs included), by the name of the limit it
         counts against."""
-        used = {**_spent(self.usage), "max_duration_s": self.elapsed_s()}
+        used = {**_spent(self.usage), "max_duration_s": self.worked_s()}
         for child in self.children.values():
             spent = _spent(child.usage)
             live = child.status in LIVE_RUN_STATUSES
@@ -212,7 +226,7 @@ class Ledger:
                 limits[name] = room if want is None else min(want, room)
         time_left = None
         if self.budget.max_duration_s is not None:
-            time_left = max(0.0, self.budget.max_duration_s - self.elapsed_s())
+            time_left = max(0.0, self.budget.max_duration_s - self.worked_s())
         want_time = wants.max_duration_s if wants is not None else None
         limits["max_duration_s"] = _least(time_left, want_time)
         return Budget.model_validate(

@@ -305,8 +305,9 @@ class RunWorkflow:
         ledger = self._p.ledger
         try:
             while not task.done():
-                # Until the work ends or its limits change (which sets the clock again).
-                moved = partial(_moved, task, ledger, ledger.budget)
+                # Until the work ends, its limits change or a call waited on recovery (each
+                # sets the clock again).
+                moved = partial(_moved, task, ledger, ledger.budget, ledger.usage.recovering_s)
                 try:
                     await workflow.wait_condition(moved, timeout=ledger.time_left())
                 except TimeoutError:
@@ -410,5 +411,5 @@ def _refuse(refusal: tuple[str, str] | None) -> None:
         raise ApplicationError(message, type=kind, non_retryable=True)
 
 
-def _moved(task: asyncio.Task[Any], ledger: Ledger, seen: Budget) -> bool:
-    return task.done() or ledger.budget is not seen
+def _moved(task: asyncio.Task[Any], ledger: Ledger, seen: Budget, recovering: float) -> bool:
+    return task.done() or ledger.budget is not seen or ledger.usage.recovering_s != recovering

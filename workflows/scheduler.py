@@ -281,6 +281,7 @@ class PlanScheduler:
             state.attempts += result.attempt
             # Priced by the name asked for: providers answer with dated model names.
             p.ledger.add_usage(model, result.input_tokens, result.output_tokens)
+            p.ledger.recovered(result.recovering_s)
             problem = result.json_error
             if problem is None:
                 break

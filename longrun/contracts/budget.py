@@ -87,6 +87,11 @@ class Usage(BaseModel):
     cost_usd: float = 0.0
     tool_calls: int = 0
     duration_s: float = 0.0
+    recovering_s: float = Field(
+        0.0,
+        description="of duration_s, the time model calls waited for longrun to recover (a "
+        "worker lost, a server unreachable, retried): max_duration_s does not count it",
+    )
 
 
 class LimitUse(BaseModel):

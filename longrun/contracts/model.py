@@ -38,6 +38,7 @@ class ModelResult(BaseModel):
     output_tokens: int = 0
     attempt: int = 1
     recorded: str | None = None  # the artifact with its calls, when the worker records
+    recovering_s: float = 0.0  # as ModelUsage.recovering_s
 
 
 class ModelUsage(BaseModel):
@@ -46,6 +47,10 @@ class ModelUsage(BaseModel):
     model: str
     input_tokens: int = 0
     output_tokens: int = 0
+    # Seconds the call waited before the attempt that answered began: attempts lost to a
+    # worker that died or a server that could not be reached, their backoff, and the wait
+    # for a worker. Not the model's work: a run's time budget does not count it.
+    recovering_s: float = 0.0
 
     def __add__(self, other: ModelUsage) -> ModelUsage:
         """Two calls' tokens, as one turn of the model spent them."""
@@ -53,6 +58,7 @@ class ModelUsage(BaseModel):
             model=self.model,
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            recovering_s=self.recovering_s + other.recovering_s,
         )
 
 

@@ -84,6 +84,7 @@ class Attempt:
     cost_usd: float = 0.0
     model_calls: int = 0
     input_tokens: int = 0  # prompt tokens over all its model calls
+    recovering_s: float = 0.0  # what its model calls waited on recovery (not its budget's)
     trail: list[str] = field(default_factory=list)  # a failed run's latest events, in short
     without_effect: bool = False  # completed having made none of the changes asked for
 
@@ -283,6 +284,7 @@ class Eval:
         attempt.cost_usd = run["usage"]["cost_usd"]
         attempt.model_calls = run["usage"]["model_calls"]
         attempt.input_tokens = run["usage"]["input_tokens"]
+        attempt.recovering_s = run["usage"]["recovering_s"]
         seen = self.fixture.report()
 
         def scored() -> tuple[bool, list[str]]:  # both read the workspace: one thread hop
@@ -311,14 +313,14 @@ class Eval:
         attempt.status = run["status"]
         if attempt.status == "stuck":
             attempt.failures = [
-                f"did not end within {self.options.timeout_s:g} s, nor once cancelled; "
-                f"terminated: {run['error']}"
+                f"did not end within {self.options.timeout_s:g} s (and what it waited on "
+                f"recovery), nor once cancelled; terminated: {run['error']}"
             ]
             return
         workspace = self._tmp / "data" / "runs" / run["run_id"] / "workspace"
         found = await self._checked(task, attempt, run, workspace)
         if attempt.status == "cancelled" and run.get("error") == "eval timeout":
-            found.insert(0, f"did not end within {self.options.timeout_s:g} s")
+            found.insert(0, f"did not end within {self.options.timeout_s:g} s and its recovery")
         attempt.failures = found
         attempt.passed = not found
         if found:
@@ -353,9 +355,13 @@ class Eval:
         status is then "stuck", with the API's last word on it)."""
         cancelled = timed_out = False
         said = "the API did not answer"
+        # The time its model calls waited on recovery is the run's own budget's to forgive:
+        # the timeout moves with it.
+        timeout_s = self.options.timeout_s
         while True:
             run, said = await self._read(run_id, said)
             if run is not None:
+                timeout_s = self.options.timeout_s + run["usage"]["recovering_s"]
                 if run["status"] in ENDED:
                     if timed_out:
                         run["error"] = "eval timeout"
@@ -373,10 +379,10 @@ class Eval:
                         json={"decision": decision, "comment": "the eval's answer"},
                     )
             waited = time.monotonic() - started
-            if not cancelled and waited > self.options.timeout_s:
+            if not cancelled and waited > timeout_s:
                 await self._retrying("POST", f"/v1/runs/{run_id}/cancel")
                 cancelled = timed_out = True
-            if timed_out and waited > self.options.timeout_s + CANCEL_GRACE_S:
+            if timed_out and waited > timeout_s + CANCEL_GRACE_S:
                 await self._terminate(run_id, said)
                 return {"run_id": run_id, "status": "stuck", "error": said}
             await asyncio.sleep(POLL_S)
@@ -541,6 +547,7 @@ def scores(outcome: Outcome, baseline: bool = False) -> dict[str, Any]:
         "recovery_p50_s": _quantile(sorted(recoveries), 0.5),
         "recovery_max_s": max(recoveries) if recoveries else None,
         "runs_not_recovered": sum(f.recovery_s is None for f in outcome.faults),
+        "waited_on_recovery_s": round(sum(a.recovering_s for a in attempts), 1),
         "applied_twice": outcome.fixture.get(
             "baseline_applied_twice" if baseline else "applied_twice", 0
         ),
