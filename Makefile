@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit bench chaos eval demo conformance clean
+.PHONY: run test lint typecheck unit bench chaos eval demo conformance docs clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -90,6 +90,10 @@ demo: $(STAMP)  ## a goal-only run against the stack that `make run` started
 
 conformance: $(STAMP)  ## what the model server in OPENAI_BASE_URL/LONGRUN_MODEL can do
 	$(BIN)/longrun conformance
+
+# Reference docs written from the code; tests/test_docs.py fails while they are stale.
+docs: $(STAMP)  ## docs/settings.md from longrun/settings.py; eval and benchmark tables from their results
+	$(BIN)/python -m longrun.dev.docs
 
 clean:
 	rm -rf $(VENV) .longrun .mypy_cache .ruff_cache .pytest_cache

@@ -74,6 +74,8 @@ import status  # noqa: E402
 import watchers  # noqa: E402
 from figures import Figure, table  # noqa: E402
 
+from longrun.dev.revision import commit  # noqa: E402
+
 PLOT = _HERE.parent / "docs" / "fault-curve.png"
 RESULTS = _HERE / "results.json"
 
@@ -218,20 +220,6 @@ SECTIONS: dict[str, Callable[[dict[str, Any], dict[str, Any]], list[Figure]]] = 
 }
 
 
-def _commit() -> str | None:
-    try:
-        found = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=_HERE.parent,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return found.stdout.strip()
-
-
 def run(
     sections: list[str],
     quick: bool,
@@ -246,7 +234,7 @@ def run(
     out: dict[str, Any] = {
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "quick": quick,
-        "commit": _commit(),
+        "commit": commit(),
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),

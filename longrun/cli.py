@@ -302,7 +302,7 @@ def hash_key() -> None:
 @app.command()
 def conformance(
     runs: Annotated[
-        bool, typer.Option("--runs", help="also run the README plan and the demo goal")
+        bool, typer.Option("--runs", help="also run the guide's plan and the demo goal")
     ] = False,
 ) -> None:
     """Check what the model server in settings can do, as a table.

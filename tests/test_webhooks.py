@@ -125,9 +125,9 @@ def test_a_captured_delivery_cannot_be_replayed_later() -> None:
         receiver.verify(tampered, headers)
 
 
-def test_the_readmes_receiver_verifies_a_delivery(monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = (REPO / "README.md").read_text()
-    [snippet] = re.findall(r"```python\n(import os\n\nfrom standardwebhooks.*?)```", readme, re.S)
+def test_the_guides_receiver_verifies_a_delivery(monkeypatch: pytest.MonkeyPatch) -> None:
+    guide = (REPO / "docs" / "guide.md").read_text()
+    [snippet] = re.findall(r"```python\n(import os\n\nfrom standardwebhooks.*?)```", guide, re.S)
     monkeypatch.setenv("LONGRUN_WEBHOOK_SECRET", SECRET)
     scope: dict[str, Any] = {}
     exec(snippet, scope)

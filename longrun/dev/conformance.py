@@ -1,5 +1,5 @@
 """`longrun conformance`: what the model server in settings (OPENAI_BASE_URL, LONGRUN_MODEL)
-can do, checked call by call and printed as a table; with `--runs`, also the README's plan
+can do, checked call by call and printed as a table; with `--runs`, also the guide's plan
 example and the demo goal through a running API.
 
 Each row is one real call through the same code the activities use (activities/endpoint),
@@ -39,7 +39,7 @@ TOOL = {
         },
     },
 }
-README_PLAN: dict[str, Any] = {
+GUIDE_PLAN: dict[str, Any] = {
     "goal": "Check the model server and publish a report",
     "plan": {
         "steps": [
@@ -156,11 +156,11 @@ async def check_endpoint(settings: Settings) -> list[Row]:
 
 
 def check_runs(api_url: str, models_url: str) -> list[Row]:
-    """The README's plan example (with a structured step) and the demo goal, through the
+    """The guide's plan example (with a structured step) and the demo goal, through the
     API: how each ended."""
     rows: list[Row] = []
     with httpx.Client(base_url=api_url, timeout=30) as http:
-        body = README_PLAN | {"plan": _fetching(README_PLAN["plan"], models_url)}
+        body = GUIDE_PLAN | {"plan": _fetching(GUIDE_PLAN["plan"], models_url)}
         started = time.monotonic()
         created = http.post("/v1/runs", json=body)
         if created.status_code != 202:

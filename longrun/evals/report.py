@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from longrun.dev.revision import commit
 from longrun.evals.runner import Outcome
 
 SHOWN = (
@@ -24,10 +25,12 @@ SHOWN = (
 def write_json(
     outcome: Outcome, found: dict[str, Any], path: Path, baseline: dict[str, Any] | None = None
 ) -> None:
-    """The scores (and the baseline's), the options and every attempt and fault."""
+    """The scores (and the baseline's), the commit they were measured at, the options and
+    every attempt and fault."""
     path.parent.mkdir(parents=True, exist_ok=True)
     scored = {"scores": found} | ({"baseline_scores": baseline} if baseline else {})
-    path.write_text(json.dumps({**scored, **asdict(outcome)}, indent=1) + "\n")
+    kept = {**scored, "commit": commit(), **asdict(outcome)}
+    path.write_text(json.dumps(kept, indent=1) + "\n")
 
 
 def plot(outcome: Outcome, found: dict[str, Any], path: Path) -> bool:
