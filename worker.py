@@ -35,6 +35,7 @@ from longrun.temporal import (
 )
 from longrun.versions import VERSION_KEY, build_id, deployment_config, promote
 from workflows import WORKFLOWS
+from workflows.changes import BASELINE, CHANGES, How
 
 log = logging.getLogger("longrun.worker")
 
@@ -211,6 +212,21 @@ async def check_replay(
             if result.replay_failure is not None:
                 failures.append(f"{found.id} (execution {found.run_id}): {result.replay_failure}")
     return ReplayCheck(replayed, failures, alike)
+
+
+async def held_back(client: Client, limit: int, where: str | None = None) -> dict[str, int]:
+    """For each registered change, how many of the namespace's open runs (at most `limit`
+    looked at, narrowed by the visibility query `where`) started without it: while any
+    does, its old branch must stay (see workflows/changes.py); at 0 it can be retired."""
+    held = dict.fromkeys(CHANGES, 0)
+    query = f"WorkflowType = '{wire.RUN_WORKFLOW}' AND ExecutionStatus = 'Running'"
+    query += f" AND ({where})" if where else ""
+    async for found in client.list_workflows(query, limit=limit):
+        named = set((await found.memo()).get(wire.STARTED_WITH_MEMO) or [])
+        for name, change in CHANGES.items():
+            had = BASELINE if change.how is How.BASELINE else name
+            held[name] += had not in named
+    return held
 
 
 def patches_in(history: WorkflowHistory) -> frozenset[str]:

@@ -28,7 +28,7 @@ the API answers 503 to a read no worker answered within its query wait (20 s), s
 read that waits longer for the run's first workflow task is one. And where a decision
 waits once signalled, from up to 40 decided runs' histories on each side: until a worker
 picks up the task, the task itself, until the run closed (a longrun run that took a
-decision ends in a task of its own, after a timer: workflows/run.py, ANSWERED_BEFORE_THE_END).
+decision ends in a task of its own, after a timer: `answered-before-the-end`).
 
 The clients run in one process of their own (one event loop for all of them, its CPU
 reported) so their CPU is not spent inside the API process, but

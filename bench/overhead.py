@@ -83,7 +83,7 @@ TOOL_RETRY = retry_policy(None)
 # Today's changes but the quick tools': a run started with them calls every tool through the
 # task queue, as a bare workflow's activities go. Here `echo` stands for any tool step; quick
 # steps, which skip the task queue, are measured in bench/quick.py.
-TASK_QUEUE_CHANGES = tuple(c for c in wire.STARTED_WITH if c != wire.QUICK_TOOLS_LOCAL_CHANGE)
+TASK_QUEUE_CHANGES = tuple(c for c in wire.STARTED_WITH if c != "quick-tools-local")
 TARGET_RATIO = 1.25
 
 

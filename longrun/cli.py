@@ -112,6 +112,14 @@ def check_replay(
     where: Annotated[
         str | None, typer.Option(help="a visibility query that narrows the runs")
     ] = None,
+    changes: Annotated[
+        bool,
+        typer.Option(
+            "--changes",
+            help="instead, list each change (workflows/changes.py) with the open runs "
+            "started without it; one with none can be retired",
+        ),
+    ] = False,
 ) -> None:
     """Replay the histories of open and recent runs in TEMPORAL_NAMESPACE against this
     code, a sample per worker version and patch set; exits 1 naming each run that does not
@@ -121,6 +129,19 @@ def check_replay(
     """
     import worker as worker_process
     from longrun.temporal import connect
+
+    if changes:
+
+        async def holding() -> dict[str, int]:
+            return await worker_process.held_back(await connect(get_settings()), limit, where)
+
+        for name, runs in asyncio.run(holding()).items():
+            typer.echo(
+                f"{name:40} {runs:6} open runs started without it"
+                if runs
+                else f"{name:40}      0 open runs started without it: can be retired"
+            )
+        _exit_without_teardown(0)
 
     async def check() -> worker_process.ReplayCheck:
         client = await connect(get_settings())

@@ -105,7 +105,7 @@ async def test_runs_started_before_the_change_keep_calling_them_as_activities(
         search_attributes=TypedSearchAttributes([SearchAttributePair(STATUS_ATTRIBUTE, "running")]),
     )
     assert await _scheduled_tools(client, run_id) == ["tool.echo"] * 3
-    assert wire.QUICK_TOOLS_LOCAL_CHANGE in wire.STARTED_WITH
+    assert "quick-tools-local" in wire.STARTED_WITH
 
 
 async def test_a_worker_killed_among_quick_steps_runs_them_again_and_applies_nothing_twice(

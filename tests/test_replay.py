@@ -25,14 +25,18 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from activities.tools import REGISTRY
 from api.app import create_app
+from longrun.contracts import Plan, RunConfig, RunInput, Step
+from longrun.plans import normalize_plan
 from longrun.settings import Settings
 from longrun.temporal import DATA_CONVERTER
 from longrun.versions import VERSION_KEY
 from tests.helpers import REPO, Poll, StandIn, submit
 from tests.unpatched_run import TimerFirstRun
-from worker import check_replay
+from worker import check_replay, held_back
 from workflows import RunWorkflow
+from workflows.changes import CHANGES
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -369,6 +373,45 @@ async def test_check_replay_names_runs_a_change_would_break(
         await asyncio.sleep(0.1)
     assert await check_replay(client, 10, where, per_set=1) == (2, [], 1)
     for run_id in (waiting, alike):
+        await client.get_workflow_handle(run_id).terminate("test")
+
+
+async def test_changes_held_back_are_counted_from_the_open_runs_started_without_them(
+    api: httpx.AsyncClient, client: Client, worker: Worker, wait_run: Poll, settings: Settings
+) -> None:
+    gate = [{"id": "g", "approval": {"message": "ok?"}}]
+    named = await submit(api, gate)  # the API names every change at start
+    await wait_run(named, lambda r: r["status"] == "waiting_approval")
+    # Started with no memo naming a change, as every run started before the registry was.
+    older = f"run-{uuid.uuid4().hex}"
+    inp = RunInput(
+        run_id=older,
+        goal="wait",
+        plan=normalize_plan(Plan(steps=[Step.model_validate(gate[0])]), REGISTRY),
+        labels={},
+        config=RunConfig(default_model="x"),
+    )
+    await client.start_workflow(RunWorkflow.run, inp, id=older, task_queue=settings.task_queue)
+    await wait_run(older, lambda r: r["status"] == "waiting_approval")
+    where = f"WorkflowId = '{named}' OR WorkflowId = '{older}'"
+    for _ in range(100):  # visibility lists a started run a moment later
+        held = await held_back(client, 10, where)
+        if set(held.values()) == {1}:
+            break
+        await asyncio.sleep(0.1)
+    assert set(held) == set(CHANGES) and set(held.values()) == {1}, held
+    env = {**os.environ, "TEMPORAL_ADDRESS": settings.temporal_address}
+    listed = subprocess.run(
+        [sys.executable, "-m", "longrun.cli", "check-replay", "--changes", "--where", where],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "recovery-not-counted" in listed.stdout and "can be retired" not in listed.stdout
+    for run_id in (named, older):
         await client.get_workflow_handle(run_id).terminate("test")
 
 

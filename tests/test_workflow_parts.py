@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from longrun import wire
 from longrun.contracts import (
     ApprovalDecision,
     Budget,
@@ -20,9 +19,8 @@ from longrun.contracts import (
     RunStatusName,
     Step,
 )
-from workflows.agent.watchdog import WATCHDOG_PATCH
 from workflows.common import StepFailed
-from workflows.handover import CONTINUED_IN_NEXT_PATCH, MOVE_TO_CURRENT_PATCH, HandOver
+from workflows.handover import HandOver
 from workflows.parts import RunParts
 from workflows.status import PROGRESS_EVERY, Progress, ProgressGate
 from workflows.steps import LISTED_OUTPUT_CHARS
@@ -383,8 +381,3 @@ def test_progress_counted_is_published_every_so_many_changes_whatever_the_time()
         "LongrunStatus",
         "LongrunStepsDone",
     ]
-
-
-def test_runs_the_api_starts_name_every_change_after_the_baseline() -> None:
-    for change in (WATCHDOG_PATCH, CONTINUED_IN_NEXT_PATCH, MOVE_TO_CURRENT_PATCH):
-        assert change in wire.STARTED_WITH, change

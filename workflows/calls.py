@@ -13,6 +13,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.workflow import ActivityCancellationType
 
 from workflows import stored
+from workflows.changes import changed
 from workflows.common import (
     MAX_RETRY_INTERVAL,
     MODEL_TIMEOUT,
@@ -22,38 +23,19 @@ from workflows.common import (
     VERIFY_TIMEOUT,
     StepFailed,
     failure_of,
-    patched,
     retry_policy,
-    started_with,
 )
 from workflows.ledger import CallKind, Ledger
 from workflows.replay import Replay
 
 # Model calls heartbeat as they stream, so a dead worker costs this long, not the call's
 # whole timeout; and they retry transient failures for a window of time rather than a
-# count, so a model server's restart does not fail a run. Runs started before replay
-# without either.
+# count, so a model server's restart does not fail a run.
 MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=20)
-MODEL_CALLS_PATCH = "model-heartbeat-retry-window"
-# A model call whose retry window runs out pauses the run (model_unavailable) until a
-# person resumes it, then asks again; runs started before fail the call.
-MODEL_PAUSE_PATCH = "model-unavailable-pause"
-# Activity ids say what a call is for ("step fetch: tool http #3"), so the API can show a
-# step's live attempts from the run's pending activities; runs started before keep the
-# SDK's numbers.
-ACTIVITY_IDS_PATCH = "activity-ids"
-# A cancelled tool call is waited for until it has really stopped (or finished too late
-# to stop, and is then undone like any other), so compensation never races it; runs
-# started before let it go on its own.
-TOOL_CANCEL_PATCH = "tool-cancel-waits"
 ACTIVITY_ID_CHARS = 200
-# Verification (step checks, acceptance) retries for the model's window too, and pauses
-# the run when it runs out; runs started before gave up after five attempts.
-VERIFY_WINDOW_PATCH = "verify-retry-window"
 # A call's arguments (or a model step's prompt) beyond this are stored whole and travel
-# as references, which the activity reads back; runs started before sent them whole.
+# as references, which the activity reads back.
 CALL_MAX_BYTES = 256 * 1024
-BOUNDED_CALLS_PATCH = "bounded-calls"
 # A quick tool (short, read-only, safe to run again) runs as a local activity: in the worker
 # task that asked for it, with no task-queue round trip and no activity events, its result
 # kept in a marker. A worker lost mid-call costs the workflow task's timeout and the call
@@ -64,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
     # Safe to pass through: a method reference and pydantic models, no I/O at import.
     from activities.model import ModelActivities
     from activities.tools.toolbox import AnyTool
-    from longrun import refs, wire
+    from longrun import refs
     from longrun.contracts import (
         ModelRequest,
         ModelResult,
@@ -103,7 +85,7 @@ class Calls:
     def _id(self, summary: str) -> str | None:
         """The activity id of a call with this summary, unique in the execution (None: the
         SDK's number)."""
-        if not patched(ACTIVITY_IDS_PATCH):
+        if not changed("activity-ids"):
             return None
         self._scheduled += 1
         return f"{summary[:ACTIVITY_ID_CHARS]} #{self._scheduled}"
@@ -138,7 +120,7 @@ class Calls:
         )
         summary = f"step {step_id}: tool {tool}"
         result: ToolResult
-        if tool in self._quick and started_with(wire.QUICK_TOOLS_LOCAL_CHANGE):
+        if tool in self._quick and changed("quick-tools-local"):
             result = await self._quick_tool(tool, call, summary, retry, timeout_s)
         else:
             result = await workflow.execute_activity(
@@ -151,7 +133,7 @@ class Calls:
                 summary=summary,
                 activity_id=self._id(summary),
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-                if patched(TOOL_CANCEL_PATCH)
+                if changed("tool-cancel-waits")
                 else ActivityCancellationType.TRY_CANCEL,
             )
         if run_id == self.run_id and not tool.startswith(MCP_PREFIX):
@@ -228,7 +210,7 @@ class Calls:
 
     async def _bounded(self, values: dict[str, Any]) -> dict[str, Any]:
         """`values` within CALL_MAX_BYTES: the biggest stored whole, as references."""
-        if stored.size(values) <= CALL_MAX_BYTES or not patched(BOUNDED_CALLS_PATCH):
+        if stored.size(values) <= CALL_MAX_BYTES or not changed("bounded-calls"):
             return values
         return await stored.fit(self.run_id, values, CALL_MAX_BYTES)
 
@@ -238,7 +220,7 @@ class Calls:
         """Run a model, check or memory activity with the default retries (after the
         checkpoint where it uses the budget)."""
         # Checks ask the judge model: they outlast a model outage as model calls do.
-        if limit is MODEL_TIMEOUT or (limit is VERIFY_TIMEOUT and patched(VERIFY_WINDOW_PATCH)):
+        if limit is MODEL_TIMEOUT or (limit is VERIFY_TIMEOUT and changed("verify-retry-window")):
             return await self._model(method, arg, limit=limit, retry=None, summary=summary)
         # Checks may run tools, which heartbeat often; memory calls are quick.
         return await workflow.execute_activity_method(
@@ -268,7 +250,7 @@ class Calls:
                 )
             except ActivityError as exc:
                 windowed = retry is None and exc.retry_state == RetryState.TIMEOUT
-                if not windowed or not patched(MODEL_PAUSE_PATCH):
+                if not windowed or not changed("model-unavailable-pause"):
                     raise
                 message, _ = failure_of(exc)
                 await self._ledger.wait_for_model(f"{summary}: {message}")
@@ -276,7 +258,7 @@ class Calls:
     def _model_options(self, retry: RetrySpec | None) -> dict[str, Any]:
         """Heartbeat timeout and retries of a model call: a window of time, unless the
         step sets its own retries."""
-        if not patched(MODEL_CALLS_PATCH):
+        if not changed("model-heartbeat-retry-window"):
             return {"heartbeat_timeout": None, "retry_policy": retry_policy(retry)}
         if retry is not None:
             return {

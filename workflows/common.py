@@ -13,8 +13,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
+from workflows.changes import changed
+
 with workflow.unsafe.imports_passed_through():
-    from longrun import wire
     from longrun.attributes import STATUS_ATTRIBUTE
     from longrun.contracts import RetrySpec
     from longrun.policy import Policy
@@ -90,59 +91,6 @@ def failure_of(exc: ActivityError) -> tuple[str, int]:
     return str(exc), 0
 
 
-# The changes made behind `workflow.patched()` before BASELINE_PATCH. A run started on code
-# that has them all records one marker for all of them (and one TemporalChangeVersion
-# upsert) instead of one of each per change; a run started before it replays the markers it
-# recorded, change by change, as it always did. A change made after the baseline calls
-# `workflow.patched()` itself: a run started between the two has the baseline, not it.
-BASELINE_PATCH = wire.BASELINE_CHANGE
-BASELINE_CHANGES = frozenset(
-    {
-        "activity-ids",
-        "agent-context",
-        "agent-memory",
-        "bounded-calls",
-        "bounded-carry",
-        "bounded-result",
-        "events-archive",
-        "figures-memo",
-        "final-record",
-        "model-heartbeat-retry-window",
-        "model-unavailable-pause",
-        "policy-urls-whole",
-        "progress-attributes",
-        "replan-needs-help",
-        "secret-approval",
-        "time-budget-while-waiting",
-        "tool-cancel-waits",
-        "verify-retry-window",
-    }
-)
-
-
-def started_with(change: str) -> bool:
-    """Whether the run was started with `change` (named in its memo by the API that started
-    it; a hand-over's next segment keeps its memo): true from its start, with no marker."""
-    named = workflow.memo_value(wire.STARTED_WITH_MEMO, default=[], type_hint=list[str])
-    return change in named
-
-
-def changed(change: str) -> bool:
-    """`workflow.patched(change)` for a change after the baseline: true at once, with no
-    marker, for runs started with it (longrun.wire.STARTED_WITH)."""
-    return started_with(change) or workflow.patched(change)
-
-
-def patched(change: str) -> bool:
-    """`workflow.patched(change)` for a change of BASELINE_CHANGES: true at once for runs
-    started with the baseline, by their memo or else by its marker."""
-    if change not in BASELINE_CHANGES:
-        raise ValueError(f"{change!r} came after the baseline: use workflow.patched()")
-    return (
-        started_with(BASELINE_PATCH) or workflow.patched(BASELINE_PATCH) or workflow.patched(change)
-    )
-
-
 def version() -> str | None:
     """The build id of the worker version this workflow task runs on (None: unversioned)."""
     found = workflow.info().get_current_deployment_version()
@@ -150,13 +98,12 @@ def version() -> str | None:
 
 
 def policy_urls_whole() -> bool:
-    """Whether policy rules compare URL arguments as written: runs started before compared
-    them as paths (URL prefixes never matched) and replay that way."""
-    return patched("policy-urls-whole")
+    """Whether policy rules compare URL arguments as written (`policy-urls-whole`)."""
+    return changed("policy-urls-whole")
 
 
 def secret_approval(policy: Policy, tool: str, args: dict[str, Any]) -> str | None:
-    """Why a call that hands secrets to a command needs approval (see longrun.policy);
-    runs started before let a step opt out of it, and replay that way."""
+    """Why a call that hands secrets to a command needs approval (see longrun.policy;
+    `secret-approval`)."""
     why = policy.secret_approval(tool, args)
-    return why if why and patched("secret-approval") else None
+    return why if why and changed("secret-approval") else None

@@ -12,21 +12,21 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from workflows import stored
-from workflows.common import patched, retry_policy
+from workflows.changes import changed
+from workflows.common import retry_policy
 from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
     from longrun import wire
     from longrun.contracts import AuditTrail, KeepRequest
 
-FINAL_RECORD_PATCH = "final-record"
 FINAL_RECORD_MAX_BYTES = 1024 * 1024  # as one `artifacts.keep` call's batch
 
 
 async def record_final(parts: RunParts, memo: dict[str, Any]) -> None:
     """Store the run as it ended and name the record in the memo, in one upsert with
     `memo` (what else the memo is to hold as the run ends)."""
-    kept = await _keep(parts) if patched(FINAL_RECORD_PATCH) else None
+    kept = await _keep(parts) if changed("final-record") else None
     if kept is not None:
         memo = {**memo, wire.FINAL_RECORD_MEMO: kept}
     if memo:

@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 from temporalio import workflow
 
 from workflows import stored
-from workflows.common import changed, patched
+from workflows.changes import changed
 from workflows.parts import RunParts
 from workflows.steps import AGENT_STEPS_KEPT, LISTED_OUTPUT_CHARS, OPEN, PREVIEW_CHARS, listed
 
@@ -21,14 +21,6 @@ with workflow.unsafe.imports_passed_through():
 # the API's 1 MB request).
 CARRY_MAX_BYTES = 512 * 1024
 AUDIT_KEPT = 100  # the newest audit entries stay in the carry when older ones are stored
-# Runs started before carried everything whole, and replay that way.
-BOUNDED_CARRY_PATCH = "bounded-carry"
-# Runs started before had no event log to archive.
-EVENTS_ARCHIVE_PATCH = "events-archive"
-# Runs started before said `run.continued` in the segment handing over, not the next one.
-CONTINUED_IN_NEXT_PATCH = "continued-said-by-next-segment"
-# Runs started before did not hand over early when a new worker version became current.
-MOVE_TO_CURRENT_PATCH = "hand-over-to-current-version"
 
 
 class HandOver:
@@ -70,7 +62,7 @@ class HandOver:
             or info.is_continue_as_new_suggested()
             or (
                 info.is_target_worker_deployment_version_changed()
-                and changed(MOVE_TO_CURRENT_PATCH)
+                and changed("hand-over-to-current-version")
             )
         )
 
@@ -89,11 +81,11 @@ class HandOver:
         self._parts.audit.record(
             "longrun", "continued as new", f"segment {self.segment + 1}", event=False
         )
-        said_by_next = changed(CONTINUED_IN_NEXT_PATCH)
+        said_by_next = changed("continued-said-by-next-segment")
         if not said_by_next:
             self._parts.events.emit("run.continued", segment=self.segment + 1)
         await self._archive_events()
-        bounded = _size(self.carry(agent)) > CARRY_MAX_BYTES and patched(BOUNDED_CARRY_PATCH)
+        bounded = _size(self.carry(agent)) > CARRY_MAX_BYTES and changed("bounded-carry")
         if bounded:
             await self._bound(agent)
         await self._quiesce()
@@ -124,7 +116,7 @@ class HandOver:
         short however long the run; `GET /v1/runs/{id}/events` reads them back."""
         events = self._parts.events
         older = events.older()
-        if not older or not patched(EVENTS_ARCHIVE_PATCH):
+        if not older or not changed("events-archive"):
             return
         artifacts = await self._archive([("events", e.model_dump(mode="json")) for e in older])
         events.forget(len(older), artifacts)

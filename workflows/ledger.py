@@ -12,7 +12,8 @@ from typing import Literal
 from temporalio import workflow
 
 from workflows.audit import AuditLog
-from workflows.common import Clock, StepFailed, changed
+from workflows.changes import changed
+from workflows.common import Clock, StepFailed
 from workflows.events import EventLog
 
 with workflow.unsafe.imports_passed_through():
@@ -31,9 +32,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 CallKind = Literal["model", "tool"]
-# Time model calls waited on recovery (ModelUsage.recovering_s) is not counted against the
-# time budget; runs started before count the run's whole age.
-RECOVERY_NOT_COUNTED_CHANGE = "recovery-not-counted"
 # The limits a child run's budget is carved from; time is not carved: a child has what is
 # left of its parent's.
 CARVED = (
@@ -166,7 +164,7 @@ class Ledger:
 
     def recovered(self, seconds: float) -> None:
         """A model call waited `seconds` for longrun to recover: not the run's work."""
-        if seconds > 0 and changed(RECOVERY_NOT_COUNTED_CHANGE):
+        if seconds > 0 and changed("recovery-not-counted"):
             self.usage.recovering_s = round(self.usage.recovering_s + seconds, 3)
 
     def count_undo(self) -> None:

@@ -7,17 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 from workflows import stored
-from workflows.common import patched
+from workflows.changes import changed
 
 # Well under Temporal's 2 MB payload limit, with room for the rest of the completion.
 RESULT_MAX_BYTES = 512 * 1024
-# Runs started before returned their result whole, and replay that way.
-BOUNDED_RESULT_PATCH = "bounded-result"
 
 
 async def bounded(run_id: str, outputs: dict[str, Any]) -> dict[str, Any]:
     """`outputs`, the biggest replaced by references until the whole fits the bound."""
     total = sum(stored.size(value) for value in outputs.values())
-    if total <= RESULT_MAX_BYTES or not patched(BOUNDED_RESULT_PATCH):
+    if total <= RESULT_MAX_BYTES or not changed("bounded-result"):
         return outputs
     return await stored.fit(run_id, outputs, RESULT_MAX_BYTES)

@@ -19,7 +19,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from workflows.agent import AgentLoop
-from workflows.common import StepFailed, changed, patched, started_with
+from workflows.changes import changed
+from workflows.common import StepFailed
 from workflows.final import record_final
 from workflows.handover import HandOver
 from workflows.ledger import Ledger
@@ -58,21 +59,7 @@ with workflow.unsafe.imports_passed_through():
 
 T = TypeVar("T")
 
-# A time budget that fails the run fails it while it waits too; runs started before fail
-# only at their next call.
-TIME_BUDGET_PATCH = "time-budget-while-waiting"
-# An ended run keeps its figures in its memo, where task metrics read them; runs started
-# before end without.
-FIGURES_MEMO_PATCH = "figures-memo"
-# A run that has taken a person's request (a decision, a pause, a budget change) ends in a
-# workflow task of its own. The API asks the run for a request's outcome, and Temporal
-# answers once the task that took it has completed: a run that ended in that task is closed
-# by then, and a worker replays its whole history to answer (bench/load.py's runs, which end
-# on their decision, cost 89 replays for 106 decisions). Which task a request came in is
-# not something replay reproduces exactly (local activities extend a task), so any run that
-# took one waits for a timer (which fires at once, or at the server's timer resolution)
-# before it ends.
-ANSWERED_BEFORE_THE_END = "answered-before-the-end"
+# What a run that took a request waits before it ends (`answered-before-the-end`).
 ANSWER_GAP = timedelta(milliseconds=1)
 
 
@@ -299,7 +286,7 @@ class RunWorkflow:
     async def _in_time(self, work: Coroutine[Any, Any, T]) -> T:
         """Do the run's work; a time budget that fails the run ends it when time is up,
         also while it waits for a person or a timer (calls check it themselves)."""
-        if not patched(TIME_BUDGET_PATCH):
+        if not changed("time-budget-while-waiting"):
             return await work
         task = asyncio.create_task(work)
         ledger = self._p.ledger
@@ -345,8 +332,8 @@ class RunWorkflow:
 
     async def _answered_first(self) -> None:
         """End in a workflow task of its own if the run took any request, so the request's
-        outcome is answered from memory (see ANSWERED_BEFORE_THE_END)."""
-        if self._p.requests.outcomes and changed(ANSWERED_BEFORE_THE_END):
+        outcome is answered from memory (`answered-before-the-end`)."""
+        if self._p.requests.outcomes and changed("answered-before-the-end"):
             await workflow.sleep(ANSWER_GAP, summary="answer the request before the run ends")
 
     def _finish(self, status: RunStatusName, error: str | None) -> dict[str, Any]:
@@ -360,7 +347,7 @@ class RunWorkflow:
         p.events.emit("run.ended", status=status, error=error)
         _count_end(status, p.events.figures, p.ledger.usage.cost_usd, p.ledger.elapsed_s())
         ending: dict[str, Any] = {}
-        if patched(FIGURES_MEMO_PATCH):
+        if changed("figures-memo"):
             # Where task metrics read an ended run's figures without replaying it.
             ending = {
                 "outcome": status,
@@ -368,7 +355,7 @@ class RunWorkflow:
                 "cost_usd": p.ledger.usage.cost_usd,
                 "duration_s": round(p.ledger.elapsed_s(), 3),
             }
-            if not started_with(wire.ONE_MEMO_AT_END_CHANGE):
+            if not changed("one-memo-at-end"):
                 workflow.upsert_memo(ending)
                 ending = {}
         p.approvals.close()

@@ -9,13 +9,12 @@ from typing import Any
 from temporalio import workflow
 
 from workflows.audit import AuditLog
-from workflows.common import changed
+from workflows.changes import changed
 
 with workflow.unsafe.imports_passed_through():
     from longrun import wire
     from longrun.contracts import GrantOutcome, GrantRequest, GrantUse, RunInput
 
-STANDING_CHANGE = "standing-grants"
 ANSWER_WAIT_S = 30.0
 
 
@@ -34,7 +33,7 @@ class Standing:
     async def covering(self, step_id: str, tool: str, args: dict[str, Any]) -> str | None:
         """The grant under which this call runs without asking (its use counted, and in
         the audit), or None."""
-        if not changed(STANDING_CHANGE):
+        if not changed("standing-grants"):
             return None
         info = workflow.info()
         request_id = f"use-{workflow.uuid4().hex}"

@@ -11,8 +11,9 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
 
 from workflows.approvals import Approvals
+from workflows.changes import changed
 from workflows.children import Children
-from workflows.common import patched, searchable, started_with, version
+from workflows.common import searchable, version
 from workflows.events import EventLog
 from workflows.ledger import Ledger
 from workflows.steps import (
@@ -25,13 +26,10 @@ from workflows.steps import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from longrun import wire
     from longrun.attributes import PROGRESS_KEYS, STATUS_ATTRIBUTE
     from longrun.contracts import LIVE_RUN_STATUSES, RunInput, RunState, RunStatusName
 
 STATUS_OUTPUT_CHARS = 500_000  # of all outputs in status together
-# Runs publish their progress as search attributes (patched, so older runs replay).
-PROGRESS_PATCH = "progress-attributes"
 # Each upsert is a history event: steps done, cost and phase are published at most this
 # often (and whenever status or pending approvals change, and at the end); status and
 # pending approvals, what people filter on to find runs that wait for them, at once.
@@ -162,8 +160,8 @@ class TemporalDisplay:
         # A run started without the status search attribute skips publishing rather than
         # failing its workflow tasks.
         self._publish = searchable()
-        shown = started_showing() if started_with(wire.PROGRESS_AT_START_CHANGE) else None
-        counted = started_with(wire.PROGRESS_BY_COUNT_CHANGE)
+        shown = started_showing() if changed("progress-at-start") else None
+        counted = changed("progress-by-count")
         self._gate = ProgressGate(
             shown, workflow.now(), PROGRESS_EVERY_CHANGES if counted else None
         )
@@ -181,7 +179,7 @@ class TemporalDisplay:
         """Upsert what changed, in one history event, when due."""
         if not self._publish:
             return True
-        if not patched(PROGRESS_PATCH):
+        if not changed("progress-attributes"):
             return False
         updates = self._gate.updates(progress, workflow.now(), final)
         if updates:

@@ -15,15 +15,8 @@ from workflows.agent.checks import Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
 from workflows.agent.watchdog import DECIDER, ProgressWatch, StallGate, call_key
-from workflows.common import (
-    StepFailed,
-    changed,
-    cut,
-    failure_of,
-    patched,
-    policy_urls_whole,
-    preview,
-)
+from workflows.changes import changed
+from workflows.common import StepFailed, cut, failure_of, policy_urls_whole, preview
 from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
@@ -44,23 +37,12 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRequest,
     )
 
-# Runs started before the journal existed replay without its activities.
-MEMORY_PATCH = "agent-memory"
 TOOL_RESULT_CHARS = 32_000  # of a tool result in history (its big fields are references)
 # Of one step's turns as `model.act` gets them: a turn of many big tool results keeps the
 # call's input well under Temporal's 2 MB payload limit.
 TURNS_MAX_BYTES = 256 * 1024
 OBSERVATION_CHARS = 1500
-# Runs started with it do not ask a person again for a call they rejected.
-NO_REASK_CHANGE = "rejected-calls-not-asked-again"
 REJECTED_KEPT = 20  # rejected calls remembered, the latest
-# Runs started with it set a stalled step's conversation aside and start the step afresh
-# (told why) before they hold the run for a person, up to `Watchdog.restarts` times a step.
-RESTART_CHANGE = "stalled-steps-restart"
-# Runs started with it answer a claim of the goal met, made when nothing has changed since
-# the criteria last failed, with those failures instead of checking again: on Qwen a claim
-# made over and over cost a test run and a judge's call each, 20-30 s of a 600 s budget.
-UNCHANGED_CLAIMS_CHANGE = "unchanged-claims-not-rechecked"
 # What a restart can help: the model going round in circles, not a phase out of time.
 RESTARTABLE = ("repeated_call", "repeated_output", "invalid_answers", "no_progress")
 
@@ -115,7 +97,7 @@ class Actor:
             text = briefs.brief_text(
                 inp.goal, self._spec.acceptance, state.plan, state.notes, item, feedback
             )
-            if patched(MEMORY_PATCH):
+            if changed("agent-memory"):
                 recalled = await self._memory.recall(f"{item.intent} {item.expected_evidence}")
                 if recalled:
                     text += "\n\nNotes from the journal that may matter here:\n" + (
@@ -159,7 +141,7 @@ class Actor:
             for call in result.tool_calls:
                 if call.name == "finish":
                     item.summary = briefs.finish_summary(call)
-                    if self._unchanged_failures and changed(UNCHANGED_CLAIMS_CHANGE):
+                    if self._unchanged_failures and changed("unchanged-claims-not-rechecked"):
                         state.premature_completions += 1
                         reply = (
                             "Not finished: nothing has changed since these acceptance "
@@ -230,7 +212,7 @@ class Actor:
         """Whether a stall of `kind` on `item` starts the step afresh instead of holding."""
         if kind not in RESTARTABLE or item.restarts >= self._spec.watchdog.restarts:
             return False
-        return changed(RESTART_CHANGE)
+        return changed("stalled-steps-restart")
 
     def _brief(self, item: PlanItem, feedback: str | None) -> Brief:
         inp = self._parts.inp
@@ -306,7 +288,7 @@ class Actor:
                 f"Call {call.name} with arguments like {example}"
             )
         key = call_key(name, args)
-        if key in self._state.rejected_calls and changed(NO_REASK_CHANGE):
+        if key in self._state.rejected_calls and changed("rejected-calls-not-asked-again"):
             # A "no" binds to the exact call: asking again is approval fatigue.
             return self._invalid(
                 f"A person already rejected this exact call ({name} {preview(args)}); it is "

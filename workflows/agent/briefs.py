@@ -34,7 +34,7 @@ PLAN_WINDOW = 5  # plan steps shown on each side of the current one
 
 def describe_criterion(criterion: Criterion, *, prose: bool = False) -> str:
     """A criterion as a person (or a model) reads it: a tool check in words with `prose`
-    (runs started with CRITERIA_IN_PROSE), else as JSON, which a small model copies: it
+    (`criteria-in-prose`), else as JSON, which a small model copies: it
     wrote `{"contains": "2"}` into the file the check reads."""
     check = criterion.check
     if not isinstance(check, ToolCheck):

@@ -27,7 +27,6 @@ with workflow.unsafe.imports_passed_through():
     from longrun import prompts
     from longrun.contracts import AgentSpec, CheckRequest, Note, PlanItem, ToolCheck, Verdict
 
-DONE_WHEN_DONE = "done-when-done"
 # A goal that says one of these asks for a change (a file written, a request that acts).
 ASKS_FOR_CHANGE = re.compile(
     r"\b(write|save|create|post|put|patch|delete|remove|send|place|update|append|rename|"
@@ -39,16 +38,6 @@ ASKS_FOR_A_TOOL = re.compile(
     rf"{ASKS_FOR_CHANGE.pattern}|\b(read|fetch|get|download|request|run|execute|call|query)\b",
     re.IGNORECASE,
 )
-# Runs started with it fail, without asking the judge, a step that asks for a tool's work
-# in which no tool ran.
-STEPS_NEED_EVIDENCE = "steps-need-evidence"
-# Runs started with it keep a step's tool results across its attempts: what the step's
-# first attempt wrote is still its evidence when a failed verification sends it back.
-STEP_EVIDENCE_KEPT = "step-evidence-kept"
-# Runs started with it leave a last step claimed done to the acceptance criteria, without the
-# judge, when every criterion is a tool's: they prove it better, and their failures tell
-# the model what is missing.
-LAST_STEP_TO_THE_CHECKS = "last-step-to-the-checks"
 TO_THE_CHECKS = (
     "not judged: the last step is proved by the run's acceptance criteria, every one of "
     "them a tool's check"

@@ -16,23 +16,13 @@ from typing import Any
 from temporalio import workflow
 
 from workflows.agent import briefs
-from workflows.agent.acting import MEMORY_PATCH, Actor
-from workflows.agent.checks import (
-    DONE_WHEN_DONE,
-    LAST_STEP_TO_THE_CHECKS,
-    STEP_EVIDENCE_KEPT,
-    STEPS_NEED_EVIDENCE,
-    Checker,
-)
+from workflows.agent.acting import Actor
+from workflows.agent.checks import Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
-from workflows.agent.watchdog import (
-    COACHING_CHANGE,
-    INVALID_COACHING_CHANGE,
-    ProgressWatch,
-    watching,
-)
-from workflows.common import StepFailed, changed, patched
+from workflows.agent.watchdog import ProgressWatch, watching
+from workflows.changes import changed
+from workflows.common import StepFailed
 from workflows.handover import HandOver
 from workflows.parts import RunParts
 
@@ -42,18 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from longrun import prompts
     from longrun.contracts import AgentSpec, Phase, PlanAttempt, PlanItem, PlanRequest
 
-# Runs started before briefs, compaction and continue-as-new replay the way they ran.
-CONTEXT_PATCH = "agent-context"
-# Runs started before a failed replan asked a person fail the way they did.
-REPLAN_HELP_PATCH = "replan-needs-help"
 DIRECT_STEP = "goal"  # the one step of a run that works on its goal without a plan
-# The step added when the plan is done and a criterion fails: runs started with the change
-# work on the goal itself again, its failures as the expected evidence. A small model took
-# "Make the failing acceptance criteria pass" for a tool to call, and knew no more of what
-# to do.
-FIX_RESTATES_THE_GOAL = "fix-steps-restate-the-goal"
-# Tool checks are told in words, not as JSON (briefs.describe_criterion).
-CRITERIA_IN_PROSE = "criteria-in-prose"
 FIX_INTENT = "Make the failing acceptance criteria pass"
 
 
@@ -86,13 +65,13 @@ class AgentLoop:
     async def run(self) -> dict[str, Any]:
         """Plan, then work through the plan until the goal is verifiably met."""
         s = self.state
-        s.context = patched(CONTEXT_PATCH)
-        self._checker.done_when_done = changed(DONE_WHEN_DONE)
-        self._checker.steps_need_evidence = changed(STEPS_NEED_EVIDENCE)
-        self._actor.keeps_evidence = changed(STEP_EVIDENCE_KEPT)
-        self._checker.last_step_to_the_checks = changed(LAST_STEP_TO_THE_CHECKS)
-        self._restates = changed(FIX_RESTATES_THE_GOAL)
-        self._prose = self._actor.criteria_in_prose = changed(CRITERIA_IN_PROSE)
+        s.context = changed("agent-context")
+        self._checker.done_when_done = changed("done-when-done")
+        self._checker.steps_need_evidence = changed("steps-need-evidence")
+        self._actor.keeps_evidence = changed("step-evidence-kept")
+        self._checker.last_step_to_the_checks = changed("last-step-to-the-checks")
+        self._restates = changed("fix-steps-restate-the-goal")
+        self._prose = self._actor.criteria_in_prose = changed("criteria-in-prose")
         if watching(s):
             ledger = self._parts.ledger
             self._watch = self._actor.watch = ProgressWatch(
@@ -100,8 +79,8 @@ class AgentLoop:
                 s,
                 workflow.now,
                 lambda: ledger.budget.max_duration_s,
-                coach=changed(COACHING_CHANGE),
-                coach_invalid=changed(INVALID_COACHING_CHANGE),
+                coach=changed("watchdog-coaches"),
+                coach_invalid=changed("invalid-answers-coached"),
             )
         if not self._resumed:
             s.plan = await self._make_plan(context=None)
@@ -150,7 +129,7 @@ class AgentLoop:
                     self._watch.progressed()
                 if s.context:
                     await self._memory.compact_if_due()
-                elif patched(MEMORY_PATCH):
+                elif changed("agent-memory"):
                     await self._memory.keep(item.id, "summary", f"{item.intent}: {item.summary}")
                 s.index += 1
                 s.feedback = None
@@ -165,7 +144,7 @@ class AgentLoop:
                 try:
                     fresh = await self._make_plan(self._replan_context(item, verdict.evidence))
                 except StepFailed as exc:
-                    if not patched(REPLAN_HELP_PATCH):
+                    if not changed("replan-needs-help"):
                         raise
                     # No new plan: a person decides, as when replans are used up.
                     why = f"{verdict.evidence[:500]}; replanning failed: {exc}"

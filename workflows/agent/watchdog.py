@@ -16,19 +16,13 @@ from typing import Any
 from temporalio import workflow
 
 from workflows.agent.state import AgentState
-from workflows.common import TIMEOUT_ACTOR, Clock, StepFailed, changed, cut
+from workflows.changes import changed
+from workflows.common import TIMEOUT_ACTOR, Clock, StepFailed, cut
 from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
     from longrun.contracts import Phase, PlanItem, Watchdog
 
-# Runs started before the watchdog carry on without it.
-WATCHDOG_PATCH = "agent-watchdog"
-# Runs started with it are told of a repetition before they are held for it.
-COACHING_CHANGE = "watchdog-coaches"
-# Runs started with it are also told of answers in a row that call no tool rightly, before
-# such answers hold them.
-INVALID_COACHING_CHANGE = "invalid-answers-coached"
 SEEN_CHARS = 300  # of a call or an output, in the evidence
 DECIDER = "longrun"
 
@@ -259,5 +253,5 @@ class StallGate:
 
 
 def watching(state: AgentState) -> bool:
-    """Whether this run has the watchdog (runs started before it replay without)."""
-    return state.context and changed(WATCHDOG_PATCH)
+    """Whether this run has the watchdog (`agent-watchdog`)."""
+    return state.context and changed("agent-watchdog")
