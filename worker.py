@@ -18,8 +18,8 @@ from temporalio.worker import PollerBehaviorAutoscaling, Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.artifacts import ArtifactStore, store_for
+from activities.bound import activities_for
 from activities.endpoint import model_problem
-from activities.hosting import activities_for
 from activities.tools.sandbox import confinement
 from longrun import wire
 from longrun.contracts import RUN_ID_PATTERN

@@ -2,4 +2,4 @@
 
 Import the module you need (`activities.tools`, `activities.artifacts`, ...): this package
 imports nothing, so a process that needs the tool catalogue does not load the model client.
-`activities.hosting` gathers what a worker hosts."""
+`activities.bound` gathers what a worker hosts."""

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import recording, repair, routing, structured
+from activities import recording, repair, routed_calls, structured
 from activities.artifacts import store_for
 from activities.endpoint import WINDOW_MARGIN_TOKENS, ContextExceeded, Endpoint, Refused
 from activities.errors import fatal, recovering_s, reported_with_attempt
@@ -264,20 +264,20 @@ class ModelActivities:
             )
             if answer.tool_calls:
                 self.endpoint.read_well(req.model)
-                return answer.content, routing.named(answer.tool_calls, tools), answer.usage
-            written = routing.text_calls(answer.content or "", tools, len(messages))
+                return answer.content, routed_calls.named(answer.tool_calls, tools), answer.usage
+            written = routed_calls.text_calls(answer.content or "", tools, len(messages))
             if written:
                 self.endpoint.read_well(req.model)
-                return None, routing.named(written, tools), answer.usage
-            why = routing.calls_badly(answer.content, [], tools)
+                return None, routed_calls.named(written, tools), answer.usage
+            why = routed_calls.calls_badly(answer.content, [], tools)
             if why is None or not self.endpoint.route(req.model, why):
                 return answer.content, [], answer.usage
             spent = answer.usage
         text, answer = await self.endpoint.structured(
             req.model,
-            routing.routed_messages(messages, tools),
+            routed_calls.routed_messages(messages, tools),
             name="action",
-            schema=routing.action_schema(tools),
+            schema=routed_calls.action_schema(tools),
             max_tokens=wanted,
             within_s=allowance(req.time_left_s),
         )
@@ -285,8 +285,8 @@ class ModelActivities:
             value = structured.parse_json(text)
         except ValueError:
             return text, [], spent + answer.usage
-        content, calls = routing.routed_answer(value, len(messages))
-        return content, routing.named(calls, tools), spent + answer.usage
+        content, calls = routed_calls.routed_answer(value, len(messages))
+        return content, routed_calls.named(calls, tools), spent + answer.usage
 
     def _prompt(
         self, req: ActRequest, window: int | None, answer_tokens: int

@@ -16,11 +16,11 @@ from temporalio.service import RPCError
 
 from activities.mcp import McpHub
 from activities.tools import REGISTRY
-from api.allow import AllowEveryMethod
+from api.closed_runs import EndedRuns
 from api.deps import TemporalGateway
-from api.ended import EndedRuns
 from api.feed import EventFeed
 from api.guard import BodyGuard
+from api.method_not_allowed import AllowEveryMethod
 from api.openapi import describe_tools
 from api.routes import (
     approvals,

@@ -1,7 +1,7 @@
 """Records runs stored away in the artifact store: at a hand-over (workflows/handover.py)
 earlier audit entries, which `GET /v1/runs/{id}/audit` reads in before the rest, and
 earlier events, which `GET /v1/runs/{id}/events` sends before the rest; at the end
-(workflows/final.py) the run's final record, which reads of an ended run answer from."""
+(workflows/final_record.py) the run's final record, which reads of an ended run answer from."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from fastapi import Depends, HTTPException, Request
 from temporalio.client import Client
 
 from activities.mcp import McpHub
-from api.ended import EndedRuns, ended_runs
+from api.closed_runs import EndedRuns, ended_runs
 from longrun.policy import Policy
 from longrun.settings import Settings
 from longrun.temporal import connect

@@ -203,7 +203,7 @@ async def open_state(client: Client, run_id: str) -> RunDetail | None:
 async def stored_part(
     settings: Settings, run_id: str, desc: WorkflowExecutionDescription, part: str
 ) -> Any:
-    """One part of the record an ended run stored as it ended (workflows/final.py); None
+    """One part of the record an ended run stored as it ended (workflows/final_record.py); None
     if the run is live, has no record or none with that part, or the store cannot give
     it: then the run's query answers."""
     if run_status_of(desc) not in FINAL_RUN_STATUSES:

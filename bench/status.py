@@ -62,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from figures import Figure
 
     from api.app import create_app
-    from api.ended import EndedRuns
+    from api.closed_runs import EndedRuns
     from longrun import wire
     from longrun.contracts import RunState
     from longrun.dev.stack import TemporalDevServer, free_port

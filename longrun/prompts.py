@@ -24,7 +24,7 @@ ACTOR = (
     "it early."
 )
 
-# How a routed actor call asks for its one action (activities/routing.py).
+# How a routed actor call asks for its one action (activities/routed_calls.py).
 ROUTED_ACTION = (
     "Answer with one action as JSON only: "
     '{"tool": <one of the tools>, "arguments": {...}} to call a tool, or '

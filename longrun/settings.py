@@ -239,7 +239,7 @@ class Settings(BaseSettings):
         description='how the actor\'s tool calls are asked for: `auto` offers the tools ("auto" '
         "tool choice) and routes a model's calls once it calls them badly three answers in a "
         "row (one JSON action that longrun turns into the call), `native` never routes, "
-        "`routed` always does (activities/routing.py)",
+        "`routed` always does (activities/routed_calls.py)",
     )
     agent_strategy: Strategy = Field(
         "auto",

@@ -66,6 +66,6 @@ STARTED_WITH = (
     "recovery-not-counted",
 )
 
-# Memo: the artifact holding the record a run stored as it ended (workflows/final.py):
+# Memo: the artifact holding the record a run stored as it ended (workflows/final_record.py):
 # {"status": RunState, "audit"?: AuditTrail, "steps"?: {step id: StepState}}.
 FINAL_RECORD_MEMO = "final_record"

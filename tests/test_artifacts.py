@@ -227,7 +227,7 @@ async def test_an_s3_store_holds_big_outputs(
         store = store_for(s3_settings)
         assert isinstance(store, S3ArtifactStore)
         assert store.get(run_id, echoed["inside"]["artifact"]).decode() == f"got {BIG}"
-        # Its outputs, and the record it stored as it ended (workflows/final.py).
+        # Its outputs, and the record it stored as it ended (workflows/final_record.py).
         kept = dict(store.list(run_id))
         desc = await client.get_workflow_handle(run_id).describe()
         assert kept.pop(await desc.memo_value(wire.FINAL_RECORD_MEMO)) > 0

@@ -25,8 +25,8 @@ from workflows.common import (
     failure_of,
     retry_policy,
 )
+from workflows.counterfactual import Counterfactual
 from workflows.ledger import CallKind, Ledger
-from workflows.replay import Replay
 
 # Model calls heartbeat as they stream, so a dead worker costs this long, not the call's
 # whole timeout; and they retry transient failures for a window of time rather than a
@@ -67,12 +67,12 @@ class Calls:
         ledger: Ledger,
         model_retry_window: timedelta,
         grant: SecretGrant,
-        replay: Replay,
+        counterfactual: Counterfactual,
         tools: Mapping[str, AnyTool],
     ) -> None:
         self.run_id = run_id
         # A counterfactual fork's recorded calls, answered instead of run.
-        self.replay = replay
+        self.counterfactual = counterfactual
         # Every tool call and check carries it: the activity checks a secret against it.
         self.grant = grant
         # Whether a tool call of this run completed in its workspace (carried on).
@@ -104,7 +104,7 @@ class Calls:
         fails for good. With `run_id`, in that (child) run's workspace: an undo of its call.
         A call the run replays is answered from its recording instead (`replayed`)."""
         if run_id is None:
-            replayed = self.replay.answer(step_id, tool, args)
+            replayed = self.counterfactual.answer(step_id, tool, args)
             if replayed is not None:
                 return replayed
         args = await self._bounded(args)

@@ -90,7 +90,7 @@ class ForEach:
             raise StepFailed(str(exc)) from None
         tool = self._each.tool
         policy = p.inp.config.policy
-        if not p.calls.replay.has(tool, args):  # a replayed call runs nothing
+        if not p.calls.counterfactual.has(tool, args):  # a replayed call runs nothing
             binding = policy.binding_approval(tool, args, urls_whole=policy_urls_whole())
             if binding is None and p.tools[tool].exposes_secrets:
                 binding = secret_approval(policy, tool, args)

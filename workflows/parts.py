@@ -12,9 +12,9 @@ from workflows.audit import AuditLog
 from workflows.calls import Calls
 from workflows.children import Children
 from workflows.common import Clock
+from workflows.counterfactual import Counterfactual
 from workflows.events import EventLog
 from workflows.ledger import Ledger
-from workflows.replay import Replay
 from workflows.reporting import Reporting
 from workflows.requests import Requests
 from workflows.standing import Standing
@@ -65,8 +65,10 @@ class RunParts:
         self.standing = Standing(inp, self.audit)
         self.approvals.on_open = self.requests.release
         window = timedelta(seconds=inp.config.model_retry_window_s)
-        replay = Replay(inp.reuse, self.audit)
-        self.calls = Calls(inp.run_id, self.ledger, window, grant_of(inp), replay, self.tools)
+        counterfactual = Counterfactual(inp.reuse, self.audit)
+        self.calls = Calls(
+            inp.run_id, self.ledger, window, grant_of(inp), counterfactual, self.tools
+        )
         self.webhooks = Webhooks(inp.run_id, inp.config.webhooks)
         if inp.config.webhooks:
             self.events.listen(self.webhooks.notify)

@@ -21,7 +21,7 @@ from temporalio.exceptions import ApplicationError
 from workflows.agent import AgentLoop
 from workflows.changes import changed
 from workflows.common import StepFailed
-from workflows.final import record_final
+from workflows.final_record import record_final
 from workflows.handover import HandOver
 from workflows.ledger import Ledger
 from workflows.parts import RunParts

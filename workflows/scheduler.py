@@ -139,7 +139,7 @@ class PlanScheduler:
         binding = None
         # A call a counterfactual fork answers from its recording runs nothing: no policy
         # approval, no budget.
-        replayed = step.tool is not None and p.calls.replay.has(step.tool, resolved)
+        replayed = step.tool is not None and p.calls.counterfactual.has(step.tool, resolved)
         if step.tool is not None and not replayed:
             binding = p.inp.config.policy.binding_approval(
                 step.tool, resolved, urls_whole=policy_urls_whole()

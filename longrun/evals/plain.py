@@ -23,7 +23,7 @@ from typing import Any
 
 from openai import APIError, AsyncOpenAI
 
-from activities.routing import text_calls
+from activities.routed_calls import text_calls
 from activities.structured import tool_parameters
 from activities.tools import REGISTRY
 from activities.tools.registry import ToolContext, call_redacted

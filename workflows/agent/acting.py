@@ -298,7 +298,7 @@ class Actor:
 
         state = p.steps.add(step_id, "tool")
         urls_whole = policy_urls_whole()
-        replayed = p.calls.replay.has(name, args)  # nothing runs: nothing to approve or pay
+        replayed = p.calls.counterfactual.has(name, args)  # nothing runs: nothing to approve or pay
         if (
             not replayed
             and policy.needs_approval(name, args, spec.side_effect_for(args), urls_whole=urls_whole)

@@ -10,7 +10,7 @@ import json
 import httpx
 from temporalio.worker import Worker
 
-from activities import routing
+from activities import routed_calls
 from activities.endpoint import ROUTE_AFTER, Endpoint
 from longrun import prompts
 from longrun.contracts import ToolCallRequest
@@ -118,49 +118,51 @@ def test_calls_written_as_text_are_read_however_they_are_written() -> None:
         f"```json\n{json.dumps(call)}\n```",
         json.dumps({"function": {**call, "arguments": json.dumps(call["arguments"])}}),
     ):
-        assert routing.text_calls(written, TOOLS, 3) == read, written
-    several = routing.text_calls(f"{hermes}{hermes.replace('write_file', 'finish')}", TOOLS, 1)
+        assert routed_calls.text_calls(written, TOOLS, 3) == read, written
+    several = routed_calls.text_calls(f"{hermes}{hermes.replace('write_file', 'finish')}", TOOLS, 1)
     assert [c.name for c in several] == ["write_file", "finish"]
     # A step id taken for a tool is read as the call it looks like: the run refuses it and
     # lists the tools it may call.
-    stray = routing.text_calls('{"name": "compute_sum", "arguments": {"a": 1}}', TOOLS, 1)
+    stray = routed_calls.text_calls('{"name": "compute_sum", "arguments": {"a": 1}}', TOOLS, 1)
     assert [c.name for c in stray] == ["compute_sum"]
     # A call read whole runs as written; one without what its tool requires is read too:
     # the run refuses it with arguments of its tool's shape (asked again routed, Qwen2.5-
     # Coder copied the tools' schemas instead).
-    lacking = routing.text_calls('{"name": "write_file", "arguments": {"path": "a"}}', TOOLS, 1)
+    lacking = routed_calls.text_calls(
+        '{"name": "write_file", "arguments": {"path": "a"}}', TOOLS, 1
+    )
     assert [(c.name, c.arguments) for c in lacking] == [("write_file", '{"path": "a"}')]
     # Neither prose nor an echoed schema is a call.
-    assert routing.text_calls("All done: the file is written.", TOOLS, 1) == []
-    assert routing.text_calls('{"path": {"title": "Path"}}', TOOLS, 1) == []
+    assert routed_calls.text_calls("All done: the file is written.", TOOLS, 1) == []
+    assert routed_calls.text_calls('{"path": {"title": "Path"}}', TOOLS, 1) == []
 
 
 def test_what_counts_as_calling_tools_badly() -> None:
     call = ToolCallRequest(id="c", name="write_file", arguments="{}")
-    assert routing.calls_badly(None, [call], TOOLS) is None
-    assert routing.calls_badly("All done: the file is written.", [], TOOLS) is None
+    assert routed_calls.calls_badly(None, [call], TOOLS) is None
+    assert routed_calls.calls_badly("All done: the file is written.", [], TOOLS) is None
     # A tool it was not offered is refused by the run and explained, not routed.
     stray = ToolCallRequest(id="c", name="shell", arguments="{}")
-    assert routing.calls_badly(None, [stray], TOOLS) is None
+    assert routed_calls.calls_badly(None, [stray], TOOLS) is None
     # Asked only of an answer no call could be read from: a call it tried to write.
     cut_short = '<tool_call>{"name": "write_file", "arguments": {"path": '
-    assert routing.calls_badly(cut_short, [], TOOLS) == (
+    assert routed_calls.calls_badly(cut_short, [], TOOLS) == (
         "it wrote a tool call as text that could not be read"
     )
-    assert routing.calls_badly('{"tool": "write_file", "arguments": [1', [], TOOLS) is not None
+    assert routed_calls.calls_badly('{"tool": "write_file", "arguments": [1', [], TOOLS) is not None
 
 
 def test_a_routed_action_becomes_the_actors_answer() -> None:
-    content, calls = routing.routed_answer(
+    content, calls = routed_calls.routed_answer(
         {"tool": "write_file", "arguments": {"path": "a"}}, turn=3
     )
     assert content is None
     assert calls == [ToolCallRequest(id="routed_3", name="write_file", arguments='{"path": "a"}')]
-    assert routing.routed_answer({"tool": "done", "summary": "did it"}, 4) == ("did it", [])
-    assert routing.routed_answer({"tool": "done"}, 5) == ('{"tool": "done"}', [])
-    schema = routing.action_schema(TOOLS)
+    assert routed_calls.routed_answer({"tool": "done", "summary": "did it"}, 4) == ("did it", [])
+    assert routed_calls.routed_answer({"tool": "done"}, 5) == ('{"tool": "done"}', [])
+    schema = routed_calls.action_schema(TOOLS)
     assert schema["properties"]["tool"]["enum"] == ["write_file", "finish", "done"]
-    plain = routing.routed_messages(
+    plain = routed_calls.routed_messages(
         [
             {"role": "user", "content": "do it"},
             {
@@ -187,7 +189,7 @@ def test_a_tool_named_in_another_spelling_is_the_tool_offered() -> None:
         return ToolCallRequest(id="c", name=name, arguments="{}")
 
     spelled = ["WriteFileArgs", "WriteFile", "write-file", "write_file", "FinishTool"]
-    assert [c.name for c in routing.named([call(n) for n in spelled], TOOLS)] == [
+    assert [c.name for c in routed_calls.named([call(n) for n in spelled], TOOLS)] == [
         "write_file",
         "write_file",
         "write_file",
@@ -196,7 +198,7 @@ def test_a_tool_named_in_another_spelling_is_the_tool_offered() -> None:
     ]
     # Anything else stays as written, for the run to refuse and list the tools.
     others = ["read_file", "writer", "compute_sum", ""]
-    assert [c.name for c in routing.named([call(n) for n in others], TOOLS)] == others
+    assert [c.name for c in routed_calls.named([call(n) for n in others], TOOLS)] == others
 
 
 async def test_a_call_of_a_tool_by_its_arguments_title_runs_the_tool(

@@ -5,10 +5,10 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from activities.keeping import KeepActivities
 from activities.mcp import McpHub, build_mcp_activity
 from activities.memory import MemoryActivities
 from activities.model import ModelActivities
+from activities.oversized import KeepActivities
 from activities.tools import build_tool_activities
 from activities.verify import VerifyActivities
 from activities.webhooks import WebhookActivities

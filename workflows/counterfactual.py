@@ -20,7 +20,7 @@ def call_key(tool: str, args: dict[str, Any]) -> str:
     return json.dumps([tool, args], sort_keys=True, separators=(",", ":"))
 
 
-class Replay:
+class Counterfactual:
     """The recorded calls a run answers instead of running (none unless it is a
     counterfactual fork); the first recorded output of a call answers it every time."""
 
