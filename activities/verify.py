@@ -19,9 +19,9 @@ from activities.heartbeat import heartbeating
 from activities.memory import Journal
 from activities.model import ModelActivities
 from activities.tools.builtin import ends
-from activities.tools.registry import REGISTRY, ToolContext, call_redacted, workspace_of
-from activities.tools.workspace import check_relative
+from activities.tools.registry import ToolContext, call_redacted, workspace_of
 from longrun import beneath
+from longrun.catalogue import CATALOGUE, check_relative
 from longrun.contracts import CheckRequest, Expect, ToolCheck, Verdict
 from longrun.plans import ReferenceError_, lookup
 from longrun.policy import forbidding
@@ -133,7 +133,7 @@ class VerifyActivities:
         self._journal = Journal.of(settings)
 
     async def _run_check(self, req: CheckRequest, check: ToolCheck) -> Verdict:
-        spec = REGISTRY.get(check.tool)
+        spec = CATALOGUE.get(check.tool)
         if spec is None:  # the API knew the tool; this worker does not
             raise fatal(f"no tool '{check.tool}' on this worker: run workers of the API's version")
         refusal = forbidding(self._settings.policy_file, check.tool)

@@ -19,7 +19,6 @@ from temporalio.common import (
 )
 
 from activities.mcp import McpHub
-from activities.tools.toolbox import toolbox
 from api import access
 from api.auth import Principal
 from api.mcp_tools import request_mcp_tools
@@ -29,6 +28,7 @@ from longrun.attributes import (
     start_attributes,
     start_memo,
 )
+from longrun.catalogue import toolbox
 from longrun.contracts import (
     AgentSpec,
     RoleModels,

@@ -15,7 +15,6 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from activities.mcp import McpHub
-from activities.tools import REGISTRY
 from api.closed_runs import EndedRuns
 from api.deps import TemporalGateway
 from api.feed import EventFeed
@@ -38,6 +37,7 @@ from api.routes import (
     ui,
 )
 from api.routes.mcp import mount_mcp
+from longrun.catalogue import CATALOGUE
 from longrun.policy import load_policy
 from longrun.settings import Settings, get_settings
 from longrun.telemetry import configure_tracing, exporting
@@ -131,7 +131,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ui.router)
     app.include_router(artifacts.router)
     app.state.mcp_sessions = mount_mcp(app, settings)
-    describe_tools(app, REGISTRY)
+    describe_tools(app, CATALOGUE)
     app.add_middleware(BodyGuard, limit=settings.max_request_bytes)
     app.add_middleware(AllowEveryMethod)
     app.add_exception_handler(RPCError, _temporal_error)

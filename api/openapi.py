@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from activities.tools import ToolSpec
+from longrun.catalogue import ToolSpec
 
 REF = "#/components/schemas/"
 KINDS = ("tool", "model", "wait", "approval")

@@ -96,9 +96,9 @@ if _ROOT not in sys.path:
 from figures import Figure  # noqa: E402
 
 from activities.model import PLAN_SCHEMA, VERDICT_SCHEMA  # noqa: E402
-from activities.tools import REGISTRY  # noqa: E402
 from api.app import create_app as create_api  # noqa: E402
 from longrun import prompts  # noqa: E402
+from longrun.catalogue import CATALOGUE  # noqa: E402
 from longrun.dev.stack import ServerThread, TemporalDevServer, free_port  # noqa: E402
 from longrun.dev.standin import STANDIN_MODEL, StandIn  # noqa: E402
 from longrun.dev.standin import create_app as create_standin  # noqa: E402
@@ -311,7 +311,7 @@ async def plain_run(
         (await http.post(f"{standin_url}/_standin/rules", json=rule)).raise_for_status()
     goal = goal_of(marker, flaky_url, args.steps, args.tools_per_step)
     # The request shapes of longrun's planner, actor and judge (role_of tells them apart).
-    offered = cast(Any, [tool_schema(REGISTRY["http_request"]), prompts.FINISH_TOOL])
+    offered = cast(Any, [tool_schema(CATALOGUE["http_request"]), prompts.FINISH_TOOL])
     plan_format = cast(
         Any, {"type": "json_schema", "json_schema": {"name": "plan", "schema": PLAN_SCHEMA}}
     )

@@ -45,9 +45,9 @@ with workflow.unsafe.imports_passed_through():
     from figures import Figure
     from overhead import TASK_QUEUE_CHANGES, TOOL_RETRY, noop
 
-    from activities.tools import REGISTRY
     from api.admission import start_run
     from longrun import wire
+    from longrun.catalogue import CATALOGUE
     from longrun.contracts import ApprovalDecision, Plan, RunConfig, RunInput, Step
     from longrun.dev.stack import TemporalDevServer, free_port
     from longrun.plans import normalize_plan
@@ -163,7 +163,7 @@ async def run_longrun(client: Client, settings: Settings, steps: int, gate: int 
     inp = RunInput(
         run_id=run_id,
         goal=f"bench: {steps} no-op steps",
-        plan=normalize_plan(plan, REGISTRY),
+        plan=normalize_plan(plan, CATALOGUE),
         labels={},
         config=RunConfig(default_model="x"),
     )

@@ -45,9 +45,9 @@ if _ROOT not in sys.path:
 
 from figures import Figure  # noqa: E402
 
-from activities.tools import REGISTRY  # noqa: E402
 from api.app import create_app as create_api  # noqa: E402
 from longrun import prompts  # noqa: E402
+from longrun.catalogue import CATALOGUE  # noqa: E402
 from longrun.dev.stack import ServerThread, TemporalDevServer, free_port  # noqa: E402
 from longrun.dev.standin import STANDIN_MODEL, Rule, StandIn  # noqa: E402
 from longrun.dev.standin import create_app as create_standin  # noqa: E402
@@ -154,7 +154,7 @@ async def naive_side(standin: StandIn, standin_url: str, steps: int) -> dict[int
     """Run the job as one growing conversation; the prompt tokens at each checkpoint."""
     marker = f"naive-{uuid.uuid4().hex[:8]}"
     oai = AsyncOpenAI(base_url=f"{standin_url}/v1", api_key="x", max_retries=0)
-    tools = [tool_schema(REGISTRY["echo"])]
+    tools = [tool_schema(CATALOGUE["echo"])]
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": prompts.ACTOR},
         {"role": "user", "content": f"Goal: {marker}: {GOAL}"},

@@ -48,9 +48,9 @@ from figures import Figure  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.common import SearchAttributePair, TypedSearchAttributes  # noqa: E402
 
-from activities.tools import REGISTRY  # noqa: E402
 from longrun import wire  # noqa: E402
 from longrun.attributes import STATUS_ATTRIBUTE  # noqa: E402
+from longrun.catalogue import CATALOGUE  # noqa: E402
 from longrun.contracts import Plan, RunConfig, RunInput, Step  # noqa: E402
 from longrun.dev.stack import ServerThread, TemporalDevServer, free_port  # noqa: E402
 from longrun.plans import normalize_plan  # noqa: E402
@@ -130,7 +130,7 @@ async def longrun_run(client: Client, queue: str, url: str, steps: int) -> bool:
     inp = RunInput(
         run_id=run_id,
         goal=f"bench: {steps} flaky calls",
-        plan=normalize_plan(plan, REGISTRY),
+        plan=normalize_plan(plan, CATALOGUE),
         labels={},
         config=RunConfig(default_model="x"),
     )

@@ -67,9 +67,9 @@ with workflow.unsafe.imports_passed_through():
     # longrun side does not pay either (its worker imports `workflows` once for all runs).
     from figures import Figure
 
-    from activities.tools import REGISTRY
     from api.admission import run_memo, run_search_attributes
     from longrun import wire
+    from longrun.catalogue import CATALOGUE
     from longrun.contracts import Plan, RunConfig, RunInput, Step
     from longrun.dev.stack import TemporalDevServer, free_port
     from longrun.plans import normalize_plan
@@ -147,7 +147,7 @@ async def run_longrun(
     inp = RunInput(
         run_id=run_id,
         goal=f"bench: {steps} no-op steps",
-        plan=normalize_plan(plan, REGISTRY),
+        plan=normalize_plan(plan, CATALOGUE),
         labels={},
         config=RunConfig(default_model="x"),
     )

@@ -51,10 +51,10 @@ with workflow.unsafe.imports_passed_through():
     from figures import Figure
     from overhead import TASK_QUEUE_CHANGES, TOOL_RETRY
 
-    from activities.tools import REGISTRY
     from activities.tools.registry import workspace_of
     from api.admission import start_run
     from longrun import wire
+    from longrun.catalogue import CATALOGUE
     from longrun.contracts import Plan, RunConfig, RunInput, Step
     from longrun.dev.stack import TemporalDevServer, free_port
     from longrun.plans import normalize_plan
@@ -116,7 +116,7 @@ async def _longrun(client: Client, settings: Settings, steps: int, local: bool) 
     inp = RunInput(
         run_id=run_id,
         goal=f"bench: {steps} reads",
-        plan=normalize_plan(plan, REGISTRY),
+        plan=normalize_plan(plan, CATALOGUE),
         labels={},
         config=RunConfig(default_model="x"),
     )

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from activities.tools import REGISTRY
+from longrun.catalogue import CATALOGUE
 from longrun.contracts import Plan
 from longrun.plans import ReferenceError_, dependencies, normalize_plan, resolve, validate_plan
 
@@ -37,7 +37,7 @@ def test_irreversible_tools_are_gated_unless_the_step_says_otherwise() -> None:
             {"id": "w", "tool": "write_file", "args": {"path": "f", "content": ""}},
             {"id": "m", "model": {"prompt": "p"}, "requires_approval": True},
         ),
-        REGISTRY,
+        CATALOGUE,
     )
     gates = {s.id: s.requires_approval for s in plan.steps}
     assert gates == {"get": False, "post": True, "sh": True, "sh2": False, "w": False, "m": True}
@@ -76,7 +76,7 @@ def test_bad_arguments_are_refused_naming_what_the_tool_takes() -> None:
     plan = Plan.model_validate(
         {"steps": [{"id": "w", "tool": "write_file", "args": {"file": "a.txt", "content": "x"}}]}
     )
-    errors = validate_plan(plan, REGISTRY)
+    errors = validate_plan(plan, CATALOGUE)
     messages = {e.loc: e.msg for e in errors}
     assert (
         "write_file takes: path, content" in messages[("body", "plan", "steps", 0, "args", "file")]

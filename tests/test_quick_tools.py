@@ -18,9 +18,9 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import Worker
 
-from activities.tools import REGISTRY
 from longrun import wire
 from longrun.attributes import STATUS_ATTRIBUTE
+from longrun.catalogue import CATALOGUE
 from longrun.contracts import Plan, RunConfig, RunInput, Step
 from longrun.plans import normalize_plan
 from longrun.settings import Settings
@@ -93,7 +93,7 @@ async def test_runs_started_before_the_change_keep_calling_them_as_activities(
     inp = RunInput(
         run_id=run_id,
         goal="echo three times",
-        plan=normalize_plan(plan, REGISTRY),
+        plan=normalize_plan(plan, CATALOGUE),
         labels={},
         config=RunConfig(default_model="x"),
     )

@@ -25,8 +25,8 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from activities.tools import REGISTRY
 from api.app import create_app
+from longrun.catalogue import CATALOGUE
 from longrun.contracts import Plan, RunConfig, RunInput, Step
 from longrun.plans import normalize_plan
 from longrun.settings import Settings
@@ -387,7 +387,7 @@ async def test_changes_held_back_are_counted_from_the_open_runs_started_without_
     inp = RunInput(
         run_id=older,
         goal="wait",
-        plan=normalize_plan(Plan(steps=[Step.model_validate(gate[0])]), REGISTRY),
+        plan=normalize_plan(Plan(steps=[Step.model_validate(gate[0])]), CATALOGUE),
         labels={},
         config=RunConfig(default_model="x"),
     )

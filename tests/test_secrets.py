@@ -25,15 +25,16 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer, Worker
 
 from activities.model import ModelActivities
-from activities.tools.builtin import SecretRef, reveal
+from activities.tools.builtin import reveal
 from activities.tools.registry import (
-    REGISTRY,
+    IMPLEMENTATIONS,
     ToolContext,
     build_tool_activities,
     call_redacted,
 )
 from activities.verify import VerifyActivities
 from api.app import create_app
+from longrun.catalogue import CATALOGUE, SecretRef
 from longrun.contracts import CheckRequest, Expect, SecretGrant, ToolCall, ToolCheck
 from longrun.dev.stack import ServerThread, TemporalDevServer, temporal_binary
 from longrun.settings import ApiKey, Settings, hash_key
@@ -298,12 +299,15 @@ async def test_an_acceptance_check_that_prints_a_secret_shows_it_redacted(
     assert "token=[secret]" in verdict.evidence and "s3cr3t" not in verdict.evidence
 
 
-async def test_a_failure_of_any_kind_is_redacted(settings: Settings) -> None:
+async def test_a_failure_of_any_kind_is_redacted(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async def careless(args: Any, ctx: ToolContext) -> dict[str, Any]:
         value = reveal(ctx, SecretRef(secret="svc_token"))
         raise ValueError(f"Illegal header value {value!r}")  # what a client library says
 
-    spec = dataclasses.replace(REGISTRY["echo"], fn=careless)
+    spec = CATALOGUE["echo"]
+    monkeypatch.setitem(IMPLEMENTATIONS, "echo", careless)
     ctx = _context(settings, OPS)
     with pytest.raises(ApplicationError) as info:
         await call_redacted(spec, spec.args_model.model_validate({}), ctx)

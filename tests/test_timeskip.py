@@ -13,7 +13,7 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from activities.tools import REGISTRY
+from longrun.catalogue import CATALOGUE
 from longrun.contracts import ApprovalDecision, Plan, RunConfig, RunInput, RunResult, Step
 from longrun.plans import normalize_plan
 from longrun.settings import Settings
@@ -55,7 +55,7 @@ async def test_day_long_wait_and_late_approval(
             RunInput(
                 run_id=run_id,
                 goal="wait a day, then ask",
-                plan=normalize_plan(plan, REGISTRY),
+                plan=normalize_plan(plan, CATALOGUE),
                 config=RunConfig(default_model="m"),
             ),
             id=run_id,

@@ -23,8 +23,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.tools import REGISTRY, build_tool_activities
+from activities.tools import build_tool_activities
 from activities.verify import evaluate
+from longrun.catalogue import CATALOGUE
 from longrun.contracts import Expect, SideEffect, ToolCall
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
@@ -444,9 +445,9 @@ async def test_http_non_http_scheme_is_invalid_args(tools: Tools) -> None:
 
 
 def test_every_tool_is_described_and_classified(tools: Tools) -> None:
-    assert set(tools.fns) == {f"tool.{name}" for name in REGISTRY}
-    assert {"echo", "http_request", "shell", "python", "read_file", "write_file"} <= set(REGISTRY)
-    for spec in REGISTRY.values():
+    assert set(tools.fns) == {f"tool.{name}" for name in CATALOGUE}
+    assert {"echo", "http_request", "shell", "python", "read_file", "write_file"} <= set(CATALOGUE)
+    for spec in CATALOGUE.values():
         assert issubclass(spec.args_model, BaseModel), spec.name
         assert spec.description.strip() and "\n" not in spec.description, spec.name
         assert isinstance(spec.side_effect, SideEffect) or callable(spec.side_effect)
@@ -454,7 +455,7 @@ def test_every_tool_is_described_and_classified(tools: Tools) -> None:
 
 def test_side_effect_classes() -> None:
     def effect(name: str, **args: Any) -> SideEffect:
-        spec = REGISTRY[name]
+        spec = CATALOGUE[name]
         return spec.side_effect_of(spec.args_model.model_validate(args))
 
     url = "http://127.0.0.1/"

@@ -45,8 +45,8 @@ QUICK_TOOL_TIMEOUT = timedelta(seconds=30)
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: a method reference and pydantic models, no I/O at import.
     from activities.model import ModelActivities
-    from activities.tools.toolbox import AnyTool
     from longrun import refs
+    from longrun.catalogue import AnyTool
     from longrun.contracts import (
         ModelRequest,
         ModelResult,

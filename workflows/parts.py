@@ -24,7 +24,7 @@ from workflows.undo import UndoLog
 from workflows.webhooks import Webhooks
 
 with workflow.unsafe.imports_passed_through():
-    from activities.tools.toolbox import toolbox
+    from longrun.catalogue import toolbox
     from longrun.contracts import AuditEntry, ChildReport, RunInput
     from longrun.grants import grant_of
 

@@ -17,7 +17,7 @@ from workflows.ledger import Ledger
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: the toolbox is read for undo calls and side-effect classes.
-    from activities.tools.toolbox import AnyTool
+    from longrun.catalogue import AnyTool
     from longrun.contracts import Compensation, CompletedCall, SideEffect
 
 

@@ -1,7 +1,7 @@
-"""Tools a run may call; importing this package registers the built-in ones."""
+"""The tools at work; importing this package implements the catalogue's built-in ones."""
 
-from activities.tools import builtin as _builtin  # noqa: F401  (registers the built-in tools)
-from activities.tools import notes as _notes  # noqa: F401  (registers `note`)
-from activities.tools.registry import REGISTRY, ToolContext, ToolSpec, build_tool_activities, tool
+from activities.tools import builtin as _builtin  # noqa: F401  (implements the built-in tools)
+from activities.tools import notes as _notes  # noqa: F401  (implements `note`)
+from activities.tools.registry import IMPLEMENTATIONS, ToolContext, build_tool_activities, tool
 
-__all__ = ["REGISTRY", "ToolContext", "ToolSpec", "build_tool_activities", "tool"]
+__all__ = ["IMPLEMENTATIONS", "ToolContext", "build_tool_activities", "tool"]

@@ -1,4 +1,5 @@
-"""The built-in tools. Each is one registered function; see `registry.tool`."""
+"""The built-in tools at work: each implements a tool the catalogue declares (its arguments,
+side effect and undo are longrun/catalogue.py's)."""
 
 from __future__ import annotations
 
@@ -10,57 +11,47 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from activities.errors import fatal, retry_after_seconds, transient
 from activities.tools import egress, sandbox
 from activities.tools.destinations import Refused, checked_client
 from activities.tools.quota import Watch, refuse_write
-from activities.tools.registry import ToolContext, tool
-from activities.tools.workspace import check_relative
+from activities.tools.registry import ToolContext, implements
 from longrun import beneath, grants
-from longrun.contracts import SideEffect
+from longrun.catalogue import (
+    BACKUPS,
+    OUTPUT_CAP_BYTES,
+    EchoArgs,
+    HttpRequestArgs,
+    PythonArgs,
+    ReadFileArgs,
+    RestoreFileArgs,
+    SecretRef,
+    ShellArgs,
+    WriteFileArgs,
+)
 from longrun.policy import policy_in_force
 
-OUTPUT_CAP_BYTES = 64 * 1024
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# Headers the client derives from the url and body; a step setting them could send a
-# request somewhere its url does not say.
-FRAMING_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 # Response headers that carry credentials; they would otherwise land in workflow history.
 SECRET_HEADERS = frozenset(
     {"set-cookie", "authorization", "proxy-authenticate", "www-authenticate"}
 )
 
 
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 # --- echo ----------------------------------------------------------------------------------
 
 
-class EchoArgs(_Args):
-    value: Any = None
-
-
-@tool("echo", args=EchoArgs, side_effect=SideEffect.READ_ONLY, quick=True)
+@implements("echo")
 async def echo(args: EchoArgs, ctx: ToolContext) -> dict[str, Any]:
     """Return `value` unchanged; handy for shaping data between steps."""
     return {"value": args.value}
 
 
 # --- http_request --------------------------------------------------------------------------
-
-
-class SecretRef(_Args):
-    """Names a secret from LONGRUN_SECRETS; only the activity sees its value."""
-
-    secret: str = Field(min_length=1, max_length=200)
 
 
 def reveal(ctx: ToolContext, value: str | SecretRef) -> str:
@@ -79,41 +70,7 @@ def reveal(ctx: ToolContext, value: str | SecretRef) -> str:
     return found.get_secret_value()
 
 
-class HttpRequestArgs(_Args):
-    method: Literal["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"] = "GET"
-    url: str = Field(min_length=1, max_length=8192)
-    headers: dict[str, str | SecretRef] = Field(default_factory=dict)
-    body: str | dict[str, Any] | list[Any] | None = None
-    timeout_s: float = Field(30.0, gt=0, le=600)
-    raise_for_status: bool = True
-    max_response_bytes: int = Field(OUTPUT_CAP_BYTES, gt=0, le=1024 * 1024)
-    retry_if_sent: bool = Field(
-        False,
-        description="send a POST or PATCH again after a timeout or a 5xx (only for servers "
-        "that apply each Idempotency-Key once)",
-    )
-
-    @field_validator("headers")
-    @classmethod
-    def _no_framing_headers(cls, headers: dict[str, Any]) -> dict[str, Any]:
-        for name in headers:
-            if name.lower() in FRAMING_HEADERS:
-                raise ValueError(f"header '{name}' is set from the url and body, not by a step")
-        return headers
-
-    @field_validator("url")
-    @classmethod
-    def _http_only(cls, url: str) -> str:
-        if not url.lower().startswith(("http://", "https://")):
-            raise ValueError("url must start with http:// or https://")
-        return url
-
-
-def _http_effect(args: HttpRequestArgs) -> SideEffect:
-    return SideEffect.READ_ONLY if args.method in SAFE_METHODS else SideEffect.IRREVERSIBLE
-
-
-@tool("http_request", args=HttpRequestArgs, side_effect=_http_effect)
+@implements("http_request")
 async def http_request(args: HttpRequestArgs, ctx: ToolContext) -> dict[str, Any]:
     """Send one HTTP request to an allowed destination; the response body is capped."""
     url = httpx.URL(args.url)
@@ -371,17 +328,7 @@ async def _supervise(
     return {"exit_code": code, "stdout": stdout, "stderr": stderr, "truncated": out_cut or err_cut}
 
 
-class ShellArgs(_Args):
-    argv: list[str] = Field(min_length=1, max_length=1000)
-    timeout_s: float = Field(60.0, gt=0, le=3600)
-    check: bool = True
-    stdin: str | None = None
-    secret_env: dict[str, SecretRef] = Field(
-        default_factory=dict, description="environment variables set from named secrets"
-    )
-
-
-@tool("shell", args=ShellArgs, side_effect=SideEffect.IRREVERSIBLE, exposes_secrets=True)
+@implements("shell")
 async def shell(args: ShellArgs, ctx: ToolContext) -> dict[str, Any]:
     """Run a command (an argv list, no shell) in the run's workspace."""
     stdin = args.stdin.encode() if args.stdin is not None else None
@@ -396,13 +343,7 @@ async def shell(args: ShellArgs, ctx: ToolContext) -> dict[str, Any]:
     )
 
 
-class PythonArgs(_Args):
-    code: str = Field(min_length=1, max_length=200_000)
-    timeout_s: float = Field(60.0, gt=0, le=3600)
-    check: bool = True
-
-
-@tool("python", args=PythonArgs, side_effect=SideEffect.IRREVERSIBLE)
+@implements("python")
 async def python(args: PythonArgs, ctx: ToolContext) -> dict[str, Any]:
     """Run Python code in a fresh interpreter in the run's workspace."""
     argv = [sys.executable, "-I", "-c", args.code]
@@ -412,20 +353,7 @@ async def python(args: PythonArgs, ctx: ToolContext) -> dict[str, Any]:
 # --- files ---------------------------------------------------------------------------------
 
 
-class _PathArgs(_Args):
-    path: str = Field(max_length=1024)
-
-    @field_validator("path")
-    @classmethod
-    def _relative(cls, path: str) -> str:
-        return check_relative(path)
-
-
-class ReadFileArgs(_PathArgs):
-    max_bytes: int = Field(OUTPUT_CAP_BYTES, gt=0, le=1024 * 1024)
-
-
-@tool("read_file", args=ReadFileArgs, side_effect=SideEffect.READ_ONLY, quick=True)
+@implements("read_file")
 async def read_file(args: ReadFileArgs, ctx: ToolContext) -> dict[str, Any]:
     """Read a text file from the run's workspace."""
     with _beneath(args.path):
@@ -451,20 +379,6 @@ def _beneath(path: str) -> Iterator[None]:
         raise fatal(f"no file '{path}' in the run's workspace", type="NotFound") from None
     except IsADirectoryError:
         raise fatal(f"'{path}' is a directory in the run's workspace") from None
-
-
-class WriteFileArgs(_PathArgs):
-    content: str = Field(max_length=10 * 1024 * 1024)
-
-    @field_validator("path")
-    @classmethod
-    def _not_reserved(cls, path: str) -> str:
-        if PurePosixPath(path).parts[:1] == (BACKUPS.parts[0],):
-            raise ValueError(f"{BACKUPS.parts[0]}/ is reserved for longrun's own files")
-        return path
-
-
-BACKUPS = Path(".longrun") / "backups"  # inside the workspace: what write_file replaced
 
 
 def _write(workspace: Path, path: str, data: bytes, step_id: str) -> str | None:
@@ -503,11 +417,7 @@ def _back_up(root: int, folder: int, name: str, exists: bool, step_id: str) -> s
         os.close(backups)
 
 
-def _undo_write(args: WriteFileArgs, output: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    return "restore_file", {"path": args.path, "backup": output.get("backup")}
-
-
-@tool("write_file", args=WriteFileArgs, side_effect=SideEffect.REVERSIBLE, compensate=_undo_write)
+@implements("write_file")
 async def write_file(args: WriteFileArgs, ctx: ToolContext) -> dict[str, Any]:
     """Write a text file in the run's workspace, atomically, replacing any earlier content."""
     data = args.content.encode()
@@ -522,16 +432,7 @@ async def write_file(args: WriteFileArgs, ctx: ToolContext) -> dict[str, Any]:
     }
 
 
-class RestoreFileArgs(_PathArgs):
-    backup: str | None = Field(None, max_length=1024, description="unset: remove the file")
-
-    @field_validator("backup")
-    @classmethod
-    def _relative_backup(cls, backup: str | None) -> str | None:
-        return None if backup is None else check_relative(backup)
-
-
-@tool("restore_file", args=RestoreFileArgs, side_effect=SideEffect.IRREVERSIBLE)
+@implements("restore_file")
 async def restore_file(args: RestoreFileArgs, ctx: ToolContext) -> dict[str, Any]:
     """Put back a file's earlier content from a backup, or remove it if it had none."""
     with _beneath(args.path):

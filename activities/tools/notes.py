@@ -4,23 +4,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from activities.memory import Journal
-from activities.tools.registry import ToolContext, tool
-from longrun.contracts import SideEffect
+from activities.tools.registry import ToolContext, implements
+from longrun.catalogue import NoteArgs
 
 
-class NoteArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    text: str = Field(min_length=1, max_length=2000)
-    kind: Literal["fact", "decision", "question"] = "fact"
-
-
-@tool("note", args=NoteArgs, side_effect=SideEffect.READ_ONLY)
+@implements("note")
 async def note(args: NoteArgs, ctx: ToolContext) -> dict[str, Any]:
     """Keep a fact, decision or open question in the run's journal for later steps."""
     journal = Journal.of(ctx.settings)

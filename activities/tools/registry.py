@@ -1,8 +1,9 @@
-"""The tool registry: adding a tool is one decorated function.
+"""The tools at work: what runs each tool the catalogue (longrun/catalogue.py) declares.
 
 Each tool becomes a Temporal activity named `tool.<name>` that validates its arguments
 against the tool's pydantic model, runs in the run's workspace and heartbeats while it
 works, so cancellation reaches it and a dead worker is noticed within the heartbeat timeout.
+A tool added beside the built-in ones is one decorated function (`tool`).
 """
 
 from __future__ import annotations
@@ -13,18 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.artifacts import store_for
 from activities.errors import fatal, reported_with_attempt
 from activities.heartbeat import heartbeating
+from longrun.catalogue import CATALOGUE, Compensation, ToolSpec, declare
 from longrun.contracts import RUN_FOLDER_PATTERN, SecretGrant, SideEffect, ToolCall, ToolResult
 from longrun.policy import forbidding
 from longrun.settings import Settings
 
 _RUN_ID = re.compile(RUN_FOLDER_PATTERN)
+
+
+ToolFn = Callable[[Any, "ToolContext"], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ async def call_redacted(spec: ToolSpec, args: Any, ctx: ToolContext) -> dict[str
     unexpected exception becomes an ApplicationError of the same type name, without the
     cause whose traceback and arguments could hold the secret)."""
     try:
-        output = await spec.fn(args, ctx)
+        output = await IMPLEMENTATIONS[spec.name](args, ctx)
     except ApplicationError as exc:
         if not ctx.revealed:
             raise
@@ -79,83 +84,21 @@ async def call_redacted(spec: ToolSpec, args: Any, ctx: ToolContext) -> dict[str
     return redacted
 
 
-ToolFn = Callable[[Any, ToolContext], Awaitable[dict[str, Any]]]
-Compensation = Callable[[Any, dict[str, Any]], tuple[str, dict[str, Any]] | None]
+IMPLEMENTATIONS: dict[str, ToolFn] = {}
 
 
-@dataclass(frozen=True)
-class ToolSpec:
-    """A registered tool: its argument schema, its side-effect class and its implementation."""
+def implements(name: str) -> Callable[[ToolFn], ToolFn]:
+    """Register `fn` as what runs the catalogue's tool `name`."""
 
-    name: str
-    description: str
-    args_model: type[BaseModel]
-    side_effect: SideEffect | Callable[[Any], SideEffect]
-    fn: ToolFn
-    compensation: Compensation | None = None
-    # Hands named secrets to a command that may pass them on in any form: such a call
-    # needs approval unless the policy vouches for it (longrun.policy).
-    exposes_secrets: bool = False
-    # Short, read-only and safe to run again: a run may call it as a local activity, in the
-    # worker task that asked for it (workflows/calls.py). Turning it on or off for a tool
-    # changes the commands of runs that call it: only behind a new STARTED_WITH change.
-    quick: bool = False
+    def register(fn: ToolFn) -> ToolFn:
+        if name not in CATALOGUE:
+            raise ValueError(f"tool '{name}' is not in the catalogue (longrun/catalogue.py)")
+        if name in IMPLEMENTATIONS:
+            raise ValueError(f"tool '{name}' is implemented twice")
+        IMPLEMENTATIONS[name] = fn
+        return fn
 
-    @property
-    def activity_name(self) -> str:
-        """The activity name, a wire contract: `tool.<name>`."""
-        return f"tool.{self.name}"
-
-    def side_effect_of(self, args: BaseModel) -> SideEffect:
-        """The side-effect class of one call (it may depend on the arguments)."""
-        if isinstance(self.side_effect, SideEffect):
-            return self.side_effect
-        return self.side_effect(args)
-
-    def side_effect_for(self, args: dict[str, Any]) -> SideEffect:
-        """The side-effect class of a call (of a completed one: see `parse`)."""
-        return self.side_effect_of(self.parse(args))
-
-    def args_errors(self, args: dict[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
-        """What is wrong with a call's arguments, each located inside them."""
-        try:
-            self.args_model.model_validate(args)
-        except ValidationError as exc:
-            accepted = ", ".join(self.args_model.model_fields)
-            return [
-                (
-                    tuple(err["loc"]),
-                    f"{err['msg']} ({self.name} takes: {accepted})"
-                    if err["type"] in ("extra_forbidden", "missing")
-                    else str(err["msg"]),
-                )
-                for err in exc.errors()
-            ]
-        return []
-
-    def parameters(self) -> dict[str, Any]:
-        """The JSON schema of its arguments."""
-        return self.args_model.model_json_schema()
-
-    def parse(self, args: dict[str, Any]) -> BaseModel:
-        """A completed call's arguments as the tool's model. Arguments may still hold
-        artifact references (the tool read through them); those were checked when the step
-        was planned, so they are taken as they are."""
-        try:
-            return self.args_model.model_validate(args)
-        except ValidationError:
-            return self.args_model.model_construct(**args)
-
-    def undo(
-        self, args: dict[str, Any], output: dict[str, Any]
-    ) -> tuple[str, dict[str, Any]] | None:
-        """The call (tool name and arguments) that undoes a completed call, if there is one."""
-        if self.compensation is None:
-            return None
-        return self.compensation(self.parse(args), output)
-
-
-REGISTRY: dict[str, ToolSpec] = {}
+    return register
 
 
 def tool(
@@ -167,21 +110,21 @@ def tool(
     exposes_secrets: bool = False,
     quick: bool = False,
 ) -> Callable[[ToolFn], ToolFn]:
-    """Register `fn` as the tool `name`; its docstring's first line describes it.
-
-    A reversible tool passes `compensate`: from a call's arguments and output, the tool call
-    that undoes it. A `quick` one (short, read-only, safe to run again) may run as a local
-    activity.
-    """
+    """Declare and implement a tool in one: one added beside the built-in ones. Its
+    docstring's first line describes it (see `longrun.catalogue.declare`)."""
 
     def register(fn: ToolFn) -> ToolFn:
-        if name in REGISTRY:
-            raise ValueError(f"tool '{name}' is registered twice")
         description = (fn.__doc__ or name).strip().splitlines()[0]
-        REGISTRY[name] = ToolSpec(
-            name, description, args, side_effect, fn, compensate, exposes_secrets, quick
+        declare(
+            name,
+            description=description,
+            args=args,
+            side_effect=side_effect,
+            compensate=compensate,
+            exposes_secrets=exposes_secrets,
+            quick=quick,
         )
-        return fn
+        return implements(name)(fn)
 
     return register
 
@@ -208,7 +151,11 @@ def workspace_of(settings: Settings, run_id: str, attempt: int = 1, used: bool =
 
 
 def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
-    """One activity per registered tool, bound to this worker's settings."""
+    """One activity per tool of the catalogue, bound to this worker's settings; a worker
+    that cannot run one of them does not start."""
+    missing = sorted(set(CATALOGUE) - set(IMPLEMENTATIONS))
+    if missing:
+        raise RuntimeError(f"tools declared but not implemented: {', '.join(missing)}")
 
     store = store_for(settings)
     threshold = settings.artifact_threshold_bytes
@@ -242,4 +189,4 @@ def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:
         run_tool.__doc__ = spec.description
         return activity.defn(name=spec.activity_name)(run_tool)
 
-    return [bind(spec) for spec in REGISTRY.values()]
+    return [bind(spec) for spec in CATALOGUE.values()]

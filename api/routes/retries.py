@@ -18,7 +18,6 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHand
 
 from activities.artifacts import store_for
 from activities.recording import recorded_calls
-from activities.tools.toolbox import toolbox
 from api import access
 from api.access import Submitter
 from api.admission import start_run, under_policy_in_force
@@ -34,6 +33,7 @@ from api.reading import (
 )
 from api.schemas import RunCreated, answers
 from longrun import refs, wire
+from longrun.catalogue import toolbox
 from longrun.contracts import (
     FINAL_RUN_STATUSES,
     STEP_ID_PATTERN,

@@ -7,11 +7,11 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from activities.tools import REGISTRY
 from api.access import Reader
 from api.deps import McpHubDep, PolicyDep, SettingsDep
 from api.routes.health import process_tools
 from api.schemas import ProcessTools, answers
+from longrun.catalogue import CATALOGUE
 from longrun.contracts import SideEffect
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=answers(401, 403))
@@ -59,7 +59,7 @@ async def list_tools(
             allowed=policy.allows(spec.name),
             args_schema=spec.parameters(),
         )
-        for spec in REGISTRY.values()
+        for spec in CATALOGUE.values()
     ]
     found, problems = await hub.tools()
     mcp = [

@@ -25,8 +25,8 @@ from openai import APIError, AsyncOpenAI
 
 from activities.routed_calls import text_calls
 from activities.structured import tool_parameters
-from activities.tools import REGISTRY
 from activities.tools.registry import ToolContext, call_redacted
+from longrun.catalogue import CATALOGUE
 from longrun.settings import Settings
 
 SYSTEM = (
@@ -64,7 +64,7 @@ class Loop:
         """Work on the goal until the model answers without a call or a limit stops it;
         the run as the checker reads one."""
         started = time.monotonic()
-        offered = [_schema(name) for name in self.tools if name in REGISTRY]
+        offered = [_schema(name) for name in self.tools if name in CATALOGUE]
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": self.goal},
@@ -147,7 +147,7 @@ class Loop:
 
     async def _call(self, name: str, arguments: str) -> str:
         """Run one call; what the model is told."""
-        spec = REGISTRY.get(name)
+        spec = CATALOGUE.get(name)
         if spec is None or name not in self.tools:
             return f"Unknown tool {name}. Tools: {', '.join(self.tools)}."
         try:
@@ -206,7 +206,7 @@ class Loop:
 
 
 def _schema(name: str) -> dict[str, Any]:
-    spec = REGISTRY[name]
+    spec = CATALOGUE[name]
     return {
         "type": "function",
         "function": {

@@ -13,8 +13,8 @@ from workflows.common import preview
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: pure prompt text, pydantic models, and the toolbox (read for
     # argument schemas only).
-    from activities.tools.toolbox import AnyTool
     from longrun import prompts
+    from longrun.catalogue import AnyTool
     from longrun.contracts import (
         ActResult,
         AgentPlan,

@@ -22,9 +22,9 @@ from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: a method reference, pure prompt text and pydantic models.
-    from activities.tools.toolbox import McpToolSpec
     from activities.verify import VerifyActivities
     from longrun import prompts
+    from longrun.catalogue import McpToolSpec
     from longrun.contracts import AgentSpec, CheckRequest, Note, PlanItem, ToolCheck, Verdict
 
 # A goal that says one of these asks for a change (a file written, a request that acts).
