@@ -9,7 +9,7 @@ from activities.mcp import McpHub, build_mcp_activity
 from activities.memory import MemoryActivities
 from activities.model import ModelActivities
 from activities.oversized import KeepActivities
-from activities.tools import build_tool_activities
+from activities.tools.bound import build_tool_activities
 from activities.verify import VerifyActivities
 from activities.webhooks import WebhookActivities
 from longrun.settings import Settings

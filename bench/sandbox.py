@@ -37,7 +37,7 @@ from temporalio import activity  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
-from activities.tools import build_tool_activities  # noqa: E402
+from activities.tools.bound import build_tool_activities  # noqa: E402
 from api.app import create_app  # noqa: E402
 from longrun.contracts import ToolCall  # noqa: E402
 from longrun.dev.stack import TemporalDevServer, free_port  # noqa: E402

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from temporalio.worker import Worker
 
 from activities.errors import transient
-from activities.tools import ToolContext, tool
+from activities.tools.registry import ToolContext, tool
 from longrun.contracts import SideEffect
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings

@@ -23,7 +23,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.tools import build_tool_activities
+from activities.tools.bound import build_tool_activities
 from activities.verify import evaluate
 from longrun.catalogue import CATALOGUE
 from longrun.contracts import Expect, SideEffect, ToolCall
