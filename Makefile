@@ -91,7 +91,7 @@ demo: $(STAMP)  ## a goal-only run against the stack that `make run` started
 conformance: $(STAMP)  ## what the model server in OPENAI_BASE_URL/LONGRUN_MODEL can do
 	$(BIN)/longrun conformance
 
-# Reference docs written from the code; tests/test_docs.py fails while they are stale.
+# Reference docs written from the code; tests/longrun/test_docs.py fails while they are stale.
 docs: $(STAMP)  ## docs/settings.md from longrun/settings.py; eval and benchmark tables from their results
 	$(BIN)/python -m longrun.dev.docs
 

@@ -45,7 +45,8 @@ log = logging.getLogger("longrun.worker")
 # the package holds deterministic code only and no state shared between runs (no module-level
 # mutable values: tests/test_layout.py checks), and the sandbox's other guard, restricted
 # calls such as `datetime.now()` or `open()`, is still applied in full to every workflow
-# path the saved histories replay (tests/test_replay.py replays them in the default sandbox).
+# path the saved histories replay (tests/workflows/test_replay.py replays them in the
+# default sandbox).
 SHARED_MODULES_SANDBOX = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
 )

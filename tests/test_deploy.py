@@ -19,8 +19,8 @@ from api.app import create_app
 from longrun.settings import Settings
 from tests.conftest import Poll
 from tests.helpers import REPO, start_worker, stop_processes, submit
-from tests.test_replay import replays_and_is_kept
 from tests.unpatched_run import PatchedTimerFirstRun, TimerFirstRun
+from tests.workflows.test_replay import replays_and_is_kept
 from worker import check_replay, serving
 
 APPROVAL = {"id": "g", "approval": {"message": "go on?"}}

@@ -47,6 +47,18 @@ def _graph() -> dict[str, set[str]]:
     return {name: _imports(path, modules) - {name} for name, path in modules.items()}
 
 
+# Tests of the whole house, not of one package: the README, the compose file, the benchmark
+# suite, the deploy, this layout.
+WHOLE_HOUSE_TESTS = {"test_bench", "test_compose", "test_deploy", "test_layout", "test_readme"}
+
+
+def test_tests_mirror_the_tree() -> None:
+    tests = ROOT / "tests"
+    folders = {p.parent.relative_to(tests).as_posix() for p in tests.rglob("test_*.py")}
+    assert folders == {".", *PACKAGES}, "a test lives in the folder of the package it tests"
+    assert {p.stem for p in tests.glob("test_*.py")} == WHOLE_HOUSE_TESTS
+
+
 def test_no_import_cycles() -> None:
     graph = _graph()
     cycles: list[list[str]] = []

@@ -7,7 +7,7 @@ between the markers those files hold.
     python -m longrun.dev.docs          # (or `make docs`) write them
     python -m longrun.dev.docs --check  # exit 1 if one is not what it would write
 
-tests/test_docs.py fails while a file differs from what this module writes.
+tests/longrun/test_docs.py fails while a file differs from what this module writes.
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,12 +16,12 @@ from activities.recording import cassette
 from api.app import create_app
 from longrun.cassettes import Cassette, key_of
 from longrun.settings import Settings
-from tests.helpers import Poll, StandIn
-from tests.test_agent import act, audit_of, plan, start
-from tests.test_watchdog import OUTPUT_ACCEPTANCE
+from tests.helpers import REPO, Poll, StandIn
+from tests.workflows.test_agent import act, audit_of, plan, start
+from tests.workflows.test_watchdog import OUTPUT_ACCEPTANCE
 from worker import serving
 
-CASSETTES = Path(__file__).parent / "cassettes"
+CASSETTES = REPO / "tests" / "cassettes"
 
 
 async def _run(

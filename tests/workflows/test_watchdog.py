@@ -12,8 +12,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tests.helpers import Poll, StandIn
-from tests.test_agent import act, file_contains, plan, start
-from tests.test_replay import replays_and_is_kept
+from tests.workflows.test_agent import act, file_contains, plan, start
+from tests.workflows.test_replay import replays_and_is_kept
 
 OUTPUT_ACCEPTANCE = [file_contains("out", "out.txt", "ok")]
 

@@ -17,8 +17,8 @@ from longrun.contracts import ToolCallRequest
 from longrun.dev.standin import PROFILES
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn
-from tests.test_agent import act, plan, start
-from tests.test_watchdog import OUTPUT_ACCEPTANCE
+from tests.workflows.test_agent import act, plan, start
+from tests.workflows.test_watchdog import OUTPUT_ACCEPTANCE
 
 # With a judge's criterion besides, a run goes on after the write until the model finishes
 # (with tool checks only, it is done once they pass): the turns after a call can be seen.
@@ -206,7 +206,7 @@ async def test_a_call_of_a_tool_by_its_arguments_title_runs_the_tool(
 ) -> None:
     # Seen on Qwen2.5-Coder-0.5B: offered write_file, whose arguments' schema was titled
     # WriteFileArgs, it called `WriteFileArgs`. Titles are no longer offered
-    # (tests/test_structured.py), and such a call is read as the tool's.
+    # (tests/activities/test_structured.py), and such a call is read as the tool's.
     marker = "titled-call"
     standin.scenario(
         [

@@ -21,7 +21,7 @@ from longrun.dev.stack import ServerThread
 from longrun.evals.fixture import Fixture, fixture_app
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, allow
-from tests.test_agent import act, plan, start
+from tests.workflows.test_agent import act, plan, start
 
 MARKER = "counterfactual"
 

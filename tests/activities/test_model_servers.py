@@ -17,8 +17,8 @@ from api.app import create_app
 from longrun.dev.standin import PROFILES
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, submit
-from tests.test_agent import act, plan, start
-from tests.test_replay import replays_and_is_kept
+from tests.workflows.test_agent import act, plan, start
+from tests.workflows.test_replay import replays_and_is_kept
 from worker import serving
 
 LLAMA_CPP = PROFILES["llama-cpp"].model_dump()

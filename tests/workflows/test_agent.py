@@ -12,7 +12,7 @@ from temporalio.worker import Worker
 from longrun.digests import call_digest
 from longrun.policy import Policy
 from tests.helpers import Poll, StandIn
-from tests.test_replay import replays_and_is_kept
+from tests.workflows.test_replay import replays_and_is_kept
 
 PRIMES = "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, n))\n"
 

@@ -26,7 +26,7 @@ from longrun.contracts import ToolCall
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, allow, sleep_for, sleeping, submit
-from tests.test_replay import replays_and_is_kept
+from tests.workflows.test_replay import replays_and_is_kept
 
 
 async def test_plan_with_approval_completes(

@@ -27,8 +27,8 @@ from api.app import create_app
 from longrun.dev.stack import ServerThread
 from longrun.mcp_servers import load_mcp_servers
 from longrun.settings import Settings
-from tests.helpers import Poll, start_worker, stop_processes, submit
-from tests.test_tools import Tools
+from tests.activities.test_tools import Tools
+from tests.helpers import REPO, Poll, start_worker, stop_processes, submit
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/usr/bin/bwrap"), reason="bubblewrap is installed by `make test`"
@@ -322,7 +322,7 @@ async def test_a_stdio_mcp_server_in_a_sandbox_reaches_only_its_paths(
         (folder / "note.txt").write_text(f"note of {folder.name}")
     # Inside, the server sees only its paths: its own code goes there too.
     server = mine / "reader_mcp.py"
-    shutil.copy(Path(__file__).parent / "servers" / "reader_mcp.py", server)
+    shutil.copy(REPO / "tests" / "servers" / "reader_mcp.py", server)
     command = [sys.executable, str(server)]
     boxed = {"transport": "stdio", "command": command, "sandbox": True, "paths": [str(mine)]}
     config = {

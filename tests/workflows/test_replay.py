@@ -6,7 +6,7 @@ change, under before-baseline/; those of runs started with the baseline's one ma
 before-started-with/; those of runs started since, whose memo names the changes they start
 with (`started_with`) and which record no marker for them, beside them.
 After a deliberate, `workflow.patched()`-guarded change, record new ones beside the old
-with `LONGRUN_RECORD_HISTORIES=1 pytest tests/test_replay.py` (existing files are kept;
+with `LONGRUN_RECORD_HISTORIES=1 pytest tests/workflows/test_replay.py` (existing files are kept;
 rename them first to add a history from new code beside the old ones).
 """
 
@@ -38,7 +38,7 @@ from worker import check_replay, held_back
 from workflows import RunWorkflow
 from workflows.changes import CHANGES
 
-HISTORIES = Path(__file__).parent / "histories"
+HISTORIES = REPO / "tests" / "histories"
 
 
 def _replayer() -> Replayer:

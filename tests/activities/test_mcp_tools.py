@@ -27,8 +27,8 @@ from activities.mcp import McpHub
 from longrun.dev.stack import free_port
 from longrun.mcp_servers import load_mcp_servers
 from longrun.settings import Settings
-from tests.helpers import Poll, StandIn, submit
-from tests.test_replay import replays_and_is_kept
+from tests.helpers import REPO, Poll, StandIn, submit
+from tests.workflows.test_replay import replays_and_is_kept
 from worker import serving
 
 BIN = Path(sys.executable).parent
@@ -171,7 +171,7 @@ async def test_plan_steps_call_mcp_tools_over_stdio_and_http(
     assert out["where"] == {"value": "Asia/Tokyo"}
     assert out["remote"]["structured"]["target"]["timezone"] == "Asia/Kolkata"
     assert TOKEN not in json.dumps(run)
-    # Its history replays, and is kept beside the others (tests/test_replay.py).
+    # Its history replays, and is kept beside the others (tests/workflows/test_replay.py).
     await replays_and_is_kept(client, run_id, "mcp_tools_plan")
 
 
@@ -297,7 +297,7 @@ async def test_a_servers_new_tools_are_listed_after_it_says_they_changed(
 ) -> None:
     """The hub keeps a server's tool list until the server sends list_changed: then the
     next listing asks again and finds the tool it added."""
-    server = Path(__file__).parent / "servers" / "growing_mcp.py"
+    server = REPO / "tests" / "servers" / "growing_mcp.py"
     config = {"servers": {"grow": {"transport": "stdio", "command": [sys.executable, str(server)]}}}
     path = tmp_path / "mcp.json"
     path.write_text(json.dumps(config))

@@ -15,8 +15,8 @@ from playwright.async_api import Browser
 from temporalio.worker import Worker
 
 from longrun.settings import Settings, hash_key
+from tests.api.test_inbox_page import browser  # noqa: F401 - the same Chromium
 from tests.helpers import Poll, api_process
-from tests.test_inbox_page import browser  # noqa: F401 - the same Chromium
 
 SUBMITTER, APPROVER = "key-of-sam-the-submitter", "key-of-ana-the-approver"
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'

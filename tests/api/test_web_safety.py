@@ -14,8 +14,8 @@ from temporalio.worker import Worker
 
 from api.app import create_app
 from longrun.settings import Settings
+from tests.api.test_inbox_page import browser  # noqa: F401 (a fixture)
 from tests.helpers import Poll, api_process
-from tests.test_inbox_page import browser  # noqa: F401 (a fixture)
 
 # What a hostile page a run wrote tries: approve the run's own gated step, from the API's
 # origin, with the browser's standing as a loopback client.

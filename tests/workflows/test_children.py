@@ -15,7 +15,7 @@ from temporalio.worker import Worker
 from api.app import create_app
 from longrun.settings import Settings
 from tests.helpers import Poll, StandIn, submit
-from tests.test_replay import replays_and_is_kept
+from tests.workflows.test_replay import replays_and_is_kept
 from worker import serving
 
 
@@ -82,7 +82,7 @@ async def test_a_for_each_of_five_child_runs_pauses_the_one_that_would_overspend
     assert [i["outputs"]["read"]["content"] for i in items] == ["a", "b", "c", "d", "e"]
     for child_id, letter in zip([i["run_id"] for i in items], "abcde", strict=True):
         assert (_workspace(settings, child_id) / f"{letter}.txt").read_text() == letter
-    # Both sides replay, and are kept beside the other histories (tests/test_replay.py).
+    # Both sides replay, and are kept beside the other histories (tests/workflows/test_replay.py).
     await replays_and_is_kept(client, run_id, "for_each_children_budget")
     await replays_and_is_kept(client, items[3]["run_id"], "child_paused_for_budget")
 

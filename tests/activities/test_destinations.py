@@ -28,7 +28,7 @@ from longrun.destinations import (
 )
 from longrun.dev.stack import ServerThread
 from longrun.settings import Settings
-from tests.test_tools import Tools
+from tests.activities.test_tools import Tools
 
 ip = ipaddress.ip_address
 

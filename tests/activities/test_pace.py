@@ -12,7 +12,7 @@ from temporalio.worker import Worker
 
 from activities.pace import Pace, Paces
 from tests.helpers import Poll, StandIn
-from tests.test_agent import plan, start
+from tests.workflows.test_agent import plan, start
 
 WRITE_TPS = 100.0
 

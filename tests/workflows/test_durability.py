@@ -26,8 +26,6 @@ from worker import serving
 
 pytestmark = pytest.mark.long
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 class Effects:
     """A side-effect target: counts arrivals per step and applies each idempotency key once."""
