@@ -35,7 +35,7 @@ from longrun.temporal import (
 )
 from longrun.versions import VERSION_KEY, build_id, deployment_config, promote
 from workflows import WORKFLOWS
-from workflows.changes import BASELINE, CHANGES, How
+from workflows.changes import CHANGES
 
 log = logging.getLogger("longrun.worker")
 
@@ -224,9 +224,8 @@ async def held_back(client: Client, limit: int, where: str | None = None) -> dic
     query += f" AND ({where})" if where else ""
     async for found in client.list_workflows(query, limit=limit):
         named = set((await found.memo()).get(wire.STARTED_WITH_MEMO) or [])
-        for name, change in CHANGES.items():
-            had = BASELINE if change.how is How.BASELINE else name
-            held[name] += had not in named
+        for name in CHANGES:
+            held[name] += name not in named
     return held
 
 

@@ -61,10 +61,9 @@ class Condition(BaseModel):
             raise ValueError("a condition needs one of in, not_in, prefix, not_prefix")
         return self
 
-    def holds(self, args: dict[str, Any], *, urls_whole: bool = True, words: bool = False) -> bool:
-        """Whether the call's arguments meet this condition. `urls_whole=False` is how
-        runs started before compared URLs (as paths, so URL prefixes never matched);
-        with `words`, a list of strings is compared as its items joined by spaces."""
+    def holds(self, args: dict[str, Any], *, words: bool = False) -> bool:
+        """Whether the call's arguments meet this condition; with `words`, a list of
+        strings is compared as its items joined by spaces."""
         value = args.get(self.arg)
         text = ""
         if words and isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -72,7 +71,7 @@ class Condition(BaseModel):
         elif isinstance(value, str) and value:
             # Compare paths as written canonically, so "./deploy/x" meets a "deploy/" rule;
             # a URL as written ("https://a/b" as a path would lose a slash).
-            text = value if urls_whole and "://" in value else posixpath.normpath(value)
+            text = value if "://" in value else posixpath.normpath(value)
             if value.endswith("/") and not text.endswith("/"):
                 text += "/"
         return (
@@ -117,15 +116,13 @@ class Policy(BaseModel):
         """Whether the tool may be called at all."""
         return self.of(tool).allowed
 
-    def binding_approval(
-        self, tool: str, args: dict[str, Any], *, urls_whole: bool = True
-    ) -> str | None:
+    def binding_approval(self, tool: str, args: dict[str, Any]) -> str | None:
         """Why this call needs approval whatever the step says, or None."""
         rules = self.of(tool)
         if rules.approval == "always":
             return f"policy: {tool} always needs approval"
         for condition in rules.require_approval_when:
-            if condition.holds(args, urls_whole=urls_whole):
+            if condition.holds(args):
                 rule = condition.model_dump(exclude_none=True, by_alias=True)
                 return f"policy: {tool} needs approval when {rule}"
         return None
@@ -148,14 +145,9 @@ class Policy(BaseModel):
             return effect == "irreversible"
         return approval == "always"
 
-    def needs_approval(
-        self, tool: str, args: dict[str, Any], effect: str, *, urls_whole: bool = True
-    ) -> bool:
+    def needs_approval(self, tool: str, args: dict[str, Any], effect: str) -> bool:
         """For a call nobody opted out of: the default, or a binding rule."""
-        return (
-            self.default_approval(tool, effect)
-            or self.binding_approval(tool, args, urls_whole=urls_whole) is not None
-        )
+        return self.default_approval(tool, effect) or self.binding_approval(tool, args) is not None
 
 
 class PolicyError(ValueError):

@@ -13,7 +13,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.workflow import ActivityCancellationType
 
 from workflows import stored
-from workflows.changes import changed
+from workflows.changes import baseline_retired, changed
 from workflows.common import (
     MAX_RETRY_INTERVAL,
     MODEL_TIMEOUT,
@@ -82,11 +82,9 @@ class Calls:
         self._scheduled = 0
         self._quick = {name for name, spec in tools.items() if spec.quick}
 
-    def _id(self, summary: str) -> str | None:
-        """The activity id of a call with this summary, unique in the execution (None: the
-        SDK's number)."""
-        if not changed("activity-ids"):
-            return None
+    def _id(self, summary: str) -> str:
+        """The activity id of a call with this summary, unique in the execution."""
+        baseline_retired()
         self._scheduled += 1
         return f"{summary[:ACTIVITY_ID_CHARS]} #{self._scheduled}"
 
@@ -132,9 +130,7 @@ class Calls:
                 retry_policy=retry_policy(retry),
                 summary=summary,
                 activity_id=self._id(summary),
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-                if changed("tool-cancel-waits")
-                else ActivityCancellationType.TRY_CANCEL,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         if run_id == self.run_id and not tool.startswith(MCP_PREFIX):
             self.workspace_used = True  # a built-in tool ran in it
@@ -210,8 +206,9 @@ class Calls:
 
     async def _bounded(self, values: dict[str, Any]) -> dict[str, Any]:
         """`values` within CALL_MAX_BYTES: the biggest stored whole, as references."""
-        if stored.size(values) <= CALL_MAX_BYTES or not changed("bounded-calls"):
+        if stored.size(values) <= CALL_MAX_BYTES:
             return values
+        baseline_retired()
         return await stored.fit(self.run_id, values, CALL_MAX_BYTES)
 
     async def execute(
@@ -220,14 +217,15 @@ class Calls:
         """Run a model, check or memory activity with the default retries (after the
         checkpoint where it uses the budget)."""
         # Checks ask the judge model: they outlast a model outage as model calls do.
-        if limit is MODEL_TIMEOUT or (limit is VERIFY_TIMEOUT and changed("verify-retry-window")):
+        if limit is VERIFY_TIMEOUT:
+            baseline_retired()
+        if limit is MODEL_TIMEOUT or limit is VERIFY_TIMEOUT:
             return await self._model(method, arg, limit=limit, retry=None, summary=summary)
-        # Checks may run tools, which heartbeat often; memory calls are quick.
+        # Memory calls are quick: no heartbeat, the default retries.
         return await workflow.execute_activity_method(
             method,
             arg,
             start_to_close_timeout=limit,
-            heartbeat_timeout=TOOL_HEARTBEAT_TIMEOUT if limit is VERIFY_TIMEOUT else None,
             retry_policy=retry_policy(None),
             summary=summary,
             activity_id=self._id(summary),
@@ -250,16 +248,16 @@ class Calls:
                 )
             except ActivityError as exc:
                 windowed = retry is None and exc.retry_state == RetryState.TIMEOUT
-                if not windowed or not changed("model-unavailable-pause"):
+                if not windowed:
                     raise
+                baseline_retired()
                 message, _ = failure_of(exc)
                 await self._ledger.wait_for_model(f"{summary}: {message}")
 
     def _model_options(self, retry: RetrySpec | None) -> dict[str, Any]:
         """Heartbeat timeout and retries of a model call: a window of time, unless the
         step sets its own retries."""
-        if not changed("model-heartbeat-retry-window"):
-            return {"heartbeat_timeout": None, "retry_policy": retry_policy(retry)}
+        baseline_retired()
         if retry is not None:
             return {
                 "heartbeat_timeout": MODEL_HEARTBEAT_TIMEOUT,

@@ -7,19 +7,24 @@ started before it do, and when it can be retired (its old branch removed). Names
 recorded in histories and memos: never rename one.
 
 How a run comes to have a change:
-- `BASELINE`: one of the changes made before `baseline-2026-12`. A run started on code that
-  has them all records one marker (or is named at start) for all of them; a run started
-  before replays the markers it recorded, one per change.
 - `MARKED`: named at start by the API that starts the run (longrun/wire.py: STARTED_WITH);
   else `workflow.patched(name)`, so a run started before records a marker where it first
   meets the new code.
 - `AT_START`: named at start, or not at all: it changes what a run does where no marker
   can be recorded (a query, the run's first task), so only runs started with it take it.
 
-A change can be retired once no open run started without it, on any worker version: as
-Temporal's patching guidance goes, its call becomes `workflow.deprecate_patch(name)` and
-its old branch is removed, and the call goes once no open history holds its marker.
-`longrun check-replay --changes` counts the open runs that still hold each one back.
+A change can be retired once no open run started without it: its old branch is removed
+and it leaves this registry. Runs are pinned to the worker version they started on
+(longrun/versions.py) and move to new code only at a hand-over, which starts a fresh
+history, so new code never replays an older run's history; on unversioned workers, retire
+only what `longrun check-replay --changes` shows no open run holds back. Retired: the
+eighteen changes `baseline-2026-12` stood for (activity ids, agent context and memory,
+bounded calls, carries and results, the events archive, the figures memo, the final record,
+model calls' heartbeat, retry window and pause, whole URLs in policy rules, progress
+attributes, a failed replan asking for help, secret approval, the time budget while
+waiting, tool cancellation that waits, the verification retry window): each place that
+asked about one calls `baseline_retired()`, which reads the baseline's marker in histories
+that hold one. The baseline's name stays in the memo the API writes.
 """
 
 from __future__ import annotations
@@ -37,7 +42,6 @@ with workflow.unsafe.imports_passed_through():
 class How(Enum):
     """How a run comes to have a change (see the module's docstring)."""
 
-    BASELINE = "baseline"
     MARKED = "marked"
     AT_START = "at start"
 
@@ -53,126 +57,12 @@ class Change:
 
 
 BASELINE = wire.BASELINE_CHANGE
-RETIRES_WHEN = "no open run, on any worker version, started without it"
 
 # Read-only: the worker imports workflows/ once for all its runs.
 CHANGES = MappingProxyType(
     {
         c.name: c
         for c in (
-            Change(
-                "activity-ids",
-                How.BASELINE,
-                "activity ids say what a call is for (`step fetch: tool http #3`), so the API "
-                "shows a step's live attempts from the run's pending activities",
-                "the SDK's numbers",
-            ),
-            Change(
-                "agent-context",
-                How.BASELINE,
-                "the agent keeps its context small: briefs, compaction, continue-as-new",
-                "the whole conversation, one history",
-            ),
-            Change(
-                "agent-memory",
-                How.BASELINE,
-                "the agent keeps notes in its journal (memory activities)",
-                "no journal",
-            ),
-            Change(
-                "bounded-calls",
-                How.BASELINE,
-                "a call's arguments (or a model step's prompt) over 256 KB are stored whole and "
-                "travel as references",
-                "sent whole",
-            ),
-            Change(
-                "bounded-carry",
-                How.BASELINE,
-                "a hand-over carries at most 512 KB; the rest is stored",
-                "carried everything whole",
-            ),
-            Change(
-                "bounded-result",
-                How.BASELINE,
-                "a run's result over 512 KB is stored and returned as references",
-                "returned whole",
-            ),
-            Change(
-                "events-archive",
-                How.BASELINE,
-                "a hand-over archives the event log's older entries",
-                "no event log to archive",
-            ),
-            Change(
-                "figures-memo",
-                How.BASELINE,
-                "an ended run keeps its figures in its memo, where task metrics read them",
-                "ended without",
-            ),
-            Change(
-                "final-record",
-                How.BASELINE,
-                "an ended run stores a record of itself (status, audit, steps), read with no "
-                "worker",
-                "stored none: reading it replays its history",
-            ),
-            Change(
-                "model-heartbeat-retry-window",
-                How.BASELINE,
-                "model calls heartbeat and retry transient failures for a window of time",
-                "a count of attempts, no heartbeat",
-            ),
-            Change(
-                "model-unavailable-pause",
-                How.BASELINE,
-                "a model call whose retry window runs out pauses the run (model_unavailable) "
-                "until a person resumes it, then asks again",
-                "the call failed",
-            ),
-            Change(
-                "policy-urls-whole",
-                How.BASELINE,
-                "policy rules compare URL arguments as written",
-                "compared them as paths (URL prefixes never matched)",
-            ),
-            Change(
-                "progress-attributes",
-                How.BASELINE,
-                "runs publish their progress as search attributes",
-                "published none",
-            ),
-            Change(
-                "replan-needs-help",
-                How.BASELINE,
-                "a replan that fails asks a person",
-                "failed the run",
-            ),
-            Change(
-                "secret-approval",
-                How.BASELINE,
-                "a call that hands secrets to a command needs approval",
-                "a step could opt out of it",
-            ),
-            Change(
-                "time-budget-while-waiting",
-                How.BASELINE,
-                "a time budget that fails the run fails it while it waits too",
-                "failed only at its next call",
-            ),
-            Change(
-                "tool-cancel-waits",
-                How.BASELINE,
-                "a cancelled tool call is waited for until it has stopped (or finished too late, "
-                "and is undone), so compensation never races it",
-                "let it go on its own",
-            ),
-            Change(
-                "verify-retry-window",
-                How.BASELINE,
-                "verification retries for the model's window and pauses the run when it runs out",
-                "gave up after five attempts",
-            ),
             Change(
                 "agent-watchdog",
                 How.MARKED,
@@ -317,12 +207,18 @@ CHANGES = MappingProxyType(
 def changed(name: str) -> bool:
     """Whether this run does what `name` changed (see the module's docstring); a name not
     in CHANGES is a KeyError, so a misspelt change fails the tests, not a run."""
-    how = CHANGES[name].how
-    if how is How.AT_START:
+    if CHANGES[name].how is How.AT_START:
         return started_with(name)
-    if how is How.MARKED:
-        return started_with(name) or workflow.patched(name)
-    return started_with(BASELINE) or workflow.patched(BASELINE) or workflow.patched(name)
+    return started_with(name) or workflow.patched(name)
+
+
+def baseline_retired() -> None:
+    """Where a run asked about a change of the retired baseline. A run started without the
+    baseline named in its memo recorded the baseline's marker at the first such place; the
+    deprecated patch reads that marker on replay (and records one, deprecated, for workers
+    that still ask), so every such place keeps this call."""
+    if not started_with(BASELINE):
+        workflow.deprecate_patch(BASELINE)
 
 
 def started_with(name: str) -> bool:

@@ -13,7 +13,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
-from workflows.changes import changed
+from workflows.changes import baseline_retired
 
 with workflow.unsafe.imports_passed_through():
     from longrun.attributes import STATUS_ATTRIBUTE
@@ -97,13 +97,9 @@ def version() -> str | None:
     return found.build_id if found is not None else None
 
 
-def policy_urls_whole() -> bool:
-    """Whether policy rules compare URL arguments as written (`policy-urls-whole`)."""
-    return changed("policy-urls-whole")
-
-
 def secret_approval(policy: Policy, tool: str, args: dict[str, Any]) -> str | None:
-    """Why a call that hands secrets to a command needs approval (see longrun.policy;
-    `secret-approval`)."""
+    """Why a call that hands secrets to a command needs approval (see longrun.policy)."""
     why = policy.secret_approval(tool, args)
-    return why if why and changed("secret-approval") else None
+    if why:
+        baseline_retired()
+    return why

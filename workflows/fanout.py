@@ -11,7 +11,8 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-from workflows.common import StepFailed, failure_of, policy_urls_whole, secret_approval
+from workflows.changes import baseline_retired
+from workflows.common import StepFailed, failure_of, secret_approval
 from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
@@ -91,7 +92,8 @@ class ForEach:
         tool = self._each.tool
         policy = p.inp.config.policy
         if not p.calls.counterfactual.has(tool, args):  # a replayed call runs nothing
-            binding = policy.binding_approval(tool, args, urls_whole=policy_urls_whole())
+            baseline_retired()
+            binding = policy.binding_approval(tool, args)
             if binding is None and p.tools[tool].exposes_secrets:
                 binding = secret_approval(policy, tool, args)
             if binding:  # one approval covers the step's items as submitted, not this one

@@ -12,7 +12,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from workflows import stored
-from workflows.changes import changed
+from workflows.changes import baseline_retired
 from workflows.common import retry_policy
 from workflows.parts import RunParts
 
@@ -26,7 +26,8 @@ FINAL_RECORD_MAX_BYTES = 1024 * 1024  # as one `artifacts.keep` call's batch
 async def record_final(parts: RunParts, memo: dict[str, Any]) -> None:
     """Store the run as it ended and name the record in the memo, in one upsert with
     `memo` (what else the memo is to hold as the run ends)."""
-    kept = await _keep(parts) if changed("final-record") else None
+    baseline_retired()
+    kept = await _keep(parts)
     if kept is not None:
         memo = {**memo, wire.FINAL_RECORD_MEMO: kept}
     if memo:

@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 from temporalio import workflow
 
 from workflows import stored
-from workflows.changes import changed
+from workflows.changes import baseline_retired, changed
 from workflows.parts import RunParts
 from workflows.steps import AGENT_STEPS_KEPT, LISTED_OUTPUT_CHARS, OPEN, PREVIEW_CHARS, listed
 
@@ -85,8 +85,9 @@ class HandOver:
         if not said_by_next:
             self._parts.events.emit("run.continued", segment=self.segment + 1)
         await self._archive_events()
-        bounded = _size(self.carry(agent)) > CARRY_MAX_BYTES and changed("bounded-carry")
+        bounded = _size(self.carry(agent)) > CARRY_MAX_BYTES
         if bounded:
+            baseline_retired()
             await self._bound(agent)
         await self._quiesce()
         # Taken after the last wait, so what handlers changed meanwhile travels too.
@@ -116,8 +117,9 @@ class HandOver:
         short however long the run; `GET /v1/runs/{id}/events` reads them back."""
         events = self._parts.events
         older = events.older()
-        if not older or not changed("events-archive"):
+        if not older:
             return
+        baseline_retired()
         artifacts = await self._archive([("events", e.model_dump(mode="json")) for e in older])
         events.forget(len(older), artifacts)
 

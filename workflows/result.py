@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from workflows import stored
-from workflows.changes import changed
+from workflows.changes import baseline_retired
 
 # Well under Temporal's 2 MB payload limit, with room for the rest of the completion.
 RESULT_MAX_BYTES = 512 * 1024
@@ -16,6 +16,7 @@ RESULT_MAX_BYTES = 512 * 1024
 async def bounded(run_id: str, outputs: dict[str, Any]) -> dict[str, Any]:
     """`outputs`, the biggest replaced by references until the whole fits the bound."""
     total = sum(stored.size(value) for value in outputs.values())
-    if total <= RESULT_MAX_BYTES or not changed("bounded-result"):
+    if total <= RESULT_MAX_BYTES:
         return outputs
+    baseline_retired()
     return await stored.fit(run_id, outputs, RESULT_MAX_BYTES)

@@ -19,7 +19,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from workflows.agent import AgentLoop
-from workflows.changes import changed
+from workflows.changes import baseline_retired, changed
 from workflows.common import StepFailed
 from workflows.final_record import record_final
 from workflows.handover import HandOver
@@ -286,8 +286,7 @@ class RunWorkflow:
     async def _in_time(self, work: Coroutine[Any, Any, T]) -> T:
         """Do the run's work; a time budget that fails the run ends it when time is up,
         also while it waits for a person or a timer (calls check it themselves)."""
-        if not changed("time-budget-while-waiting"):
-            return await work
+        baseline_retired()
         task = asyncio.create_task(work)
         ledger = self._p.ledger
         try:
@@ -346,18 +345,17 @@ class RunWorkflow:
         p.audit.record("longrun", status, error, event=False)
         p.events.emit("run.ended", status=status, error=error)
         _count_end(status, p.events.figures, p.ledger.usage.cost_usd, p.ledger.elapsed_s())
-        ending: dict[str, Any] = {}
-        if changed("figures-memo"):
-            # Where task metrics read an ended run's figures without replaying it.
-            ending = {
-                "outcome": status,
-                "figures": p.events.figures.model_dump(),
-                "cost_usd": p.ledger.usage.cost_usd,
-                "duration_s": round(p.ledger.elapsed_s(), 3),
-            }
-            if not changed("one-memo-at-end"):
-                workflow.upsert_memo(ending)
-                ending = {}
+        # Where task metrics read an ended run's figures without replaying it.
+        baseline_retired()
+        ending: dict[str, Any] = {
+            "outcome": status,
+            "figures": p.events.figures.model_dump(),
+            "cost_usd": p.ledger.usage.cost_usd,
+            "duration_s": round(p.ledger.elapsed_s(), 3),
+        }
+        if not changed("one-memo-at-end"):
+            workflow.upsert_memo(ending)
+            ending = {}
         p.approvals.close()
         if self._agent is not None:
             self._agent.state.close(failed=status == "failed")

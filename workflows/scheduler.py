@@ -10,11 +10,11 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
+from workflows.changes import baseline_retired
 from workflows.common import (
     TIMEOUT_ACTOR,
     StepFailed,
     failure_of,
-    policy_urls_whole,
     preview,
     secret_approval,
 )
@@ -141,9 +141,8 @@ class PlanScheduler:
         # approval, no budget.
         replayed = step.tool is not None and p.calls.counterfactual.has(step.tool, resolved)
         if step.tool is not None and not replayed:
-            binding = p.inp.config.policy.binding_approval(
-                step.tool, resolved, urls_whole=policy_urls_whole()
-            )
+            baseline_retired()
+            binding = p.inp.config.policy.binding_approval(step.tool, resolved)
             if binding is None and p.tools[step.tool].exposes_secrets:
                 binding = secret_approval(p.inp.config.policy, step.tool, resolved)
         gated = bool(step.approval is not None or step.requires_approval or binding)

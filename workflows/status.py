@@ -11,7 +11,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
 
 from workflows.approvals import Approvals
-from workflows.changes import changed
+from workflows.changes import baseline_retired, changed
 from workflows.children import Children
 from workflows.common import searchable, version
 from workflows.events import EventLog
@@ -179,8 +179,7 @@ class TemporalDisplay:
         """Upsert what changed, in one history event, when due."""
         if not self._publish:
             return True
-        if not changed("progress-attributes"):
-            return False
+        baseline_retired()
         updates = self._gate.updates(progress, workflow.now(), final)
         if updates:
             workflow.upsert_search_attributes(updates)

@@ -1,13 +1,13 @@
 """Replay: histories of the run workflow replay without non-determinism errors.
 
-Histories saved under tests/histories/ guard running jobs against workflow code changes:
-those of runs started before the baseline patch (workflows/common.py), with one marker per
-change, under before-baseline/; those of runs started with the baseline's one marker under
-before-started-with/; those of runs started since, whose memo names the changes they start
-with (`started_with`) and which record no marker for them, beside them.
-After a deliberate, `workflow.patched()`-guarded change, record new ones beside the old
-with `LONGRUN_RECORD_HISTORIES=1 pytest tests/workflows/test_replay.py` (existing files are kept;
-rename them first to add a history from new code beside the old ones).
+Histories saved under tests/histories/ guard running jobs against workflow code changes
+(workflows/changes.py): those of runs started with the baseline's one marker and no memo
+under before-started-with/; those of runs started since, whose memo names the changes they
+start with (`started_with`) and which record no marker for them, beside them. A change
+retired from the registry takes the histories of runs started before it with it.
+After a deliberate change, registered in workflows/changes.py, record new ones beside the
+old with `LONGRUN_RECORD_HISTORIES=1 pytest tests/workflows/test_replay.py` (existing files
+are kept; rename them first to add a history from new code beside the old ones).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from workflows.agent.checks import Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
 from workflows.agent.watchdog import DECIDER, ProgressWatch, StallGate, call_key
-from workflows.changes import changed
-from workflows.common import StepFailed, cut, failure_of, policy_urls_whole, preview
+from workflows.changes import baseline_retired, changed
+from workflows.common import StepFailed, cut, failure_of, preview
 from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
@@ -87,26 +87,10 @@ class Actor:
         state.enter("acting")
         if self.watch is not None:
             self.watch.new_step()
-        brief = None
+        # model.act puts the prompt together; history carries the brief and this step's
+        # turns only.
+        brief = self._brief(item, feedback)
         messages: list[dict[str, Any]] = []
-        if state.context:
-            # model.act puts the prompt together; history carries the brief and this
-            # step's turns only.
-            brief = self._brief(item, feedback)
-        else:
-            text = briefs.brief_text(
-                inp.goal, self._spec.acceptance, state.plan, state.notes, item, feedback
-            )
-            if changed("agent-memory"):
-                recalled = await self._memory.recall(f"{item.intent} {item.expected_evidence}")
-                if recalled:
-                    text += "\n\nNotes from the journal that may matter here:\n" + (
-                        prompts.bullet(recalled)
-                    )
-            messages = [
-                {"role": "system", "content": prompts.ACTOR},
-                {"role": "user", "content": text},
-            ]
         if not (self.keeps_evidence and state.observing == item.id):
             state.observations = []
         state.observing = item.id
@@ -297,14 +281,14 @@ class Actor:
             )
 
         state = p.steps.add(step_id, "tool")
-        urls_whole = policy_urls_whole()
+        baseline_retired()
         replayed = p.calls.counterfactual.has(name, args)  # nothing runs: nothing to approve or pay
         if (
             not replayed
-            and policy.needs_approval(name, args, spec.side_effect_for(args), urls_whole=urls_whole)
+            and policy.needs_approval(name, args, spec.side_effect_for(args))
             and await p.standing.covering(step_id, name, args) is None
         ):
-            why = policy.binding_approval(name, args, urls_whole=urls_whole)
+            why = policy.binding_approval(name, args)
             ask = p.approvals.ask(
                 step_id,
                 f"agent step '{item.id}' wants to run {name} {preview(args)}"

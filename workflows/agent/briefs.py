@@ -13,7 +13,6 @@ from workflows.common import preview
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: pure prompt text, pydantic models, and the toolbox (read for
     # argument schemas only).
-    from longrun import prompts
     from longrun.catalogue import AnyTool
     from longrun.contracts import (
         ActResult,
@@ -103,29 +102,6 @@ def plan_window(plan: list[PlanItem], item: PlanItem) -> list[str]:
     if end < len(plan):
         lines.append(f"... {len(plan) - end} more steps")
     return lines
-
-
-def brief_text(
-    goal: str,
-    criteria: list[Criterion],
-    plan: list[PlanItem],
-    notes: list[str],
-    item: PlanItem,
-    feedback: str | None,
-) -> str:
-    """A step's brief as one user message (runs started before briefs)."""
-    parts = [
-        f"Goal: {goal}",
-        "Acceptance criteria:\n" + prompts.bullet([describe_criterion(c) for c in criteria]),
-        f"Plan:\n{prompts.bullet(plan_window(plan, item))}",
-        f"Notes from finished steps:\n{prompts.bullet(notes[-NOTES_KEPT:])}",
-        f"Your step now: {step_text(item)}",
-    ]
-    if item.guidance:  # kept for every later attempt at this step
-        parts.append("Guidance from people:\n" + prompts.bullet(item.guidance))
-    if feedback:
-        parts.append(feedback)
-    return "\n\n".join(parts)
 
 
 def step_text(item: PlanItem) -> str:

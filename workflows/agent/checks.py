@@ -94,9 +94,7 @@ class Checker:
             observations=f"The agent's summary: {item.summary}\n{prompts.TOOL_RESULTS}\n"
             + prompts.bullet(self._state.observations),
             outputs=list(self._state.observations),
-            journal=Note(kind="summary", step=item.id, text=f"{item.intent}: {item.summary}")
-            if self._state.context
-            else None,
+            journal=Note(kind="summary", step=item.id, text=f"{item.intent}: {item.summary}"),
         )
         self._state.last_check = f"{item.id}: {'passed' if verdict.passed else 'failed'}"
         return verdict

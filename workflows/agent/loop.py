@@ -21,7 +21,7 @@ from workflows.agent.checks import Checker
 from workflows.agent.memory import Memory
 from workflows.agent.state import AgentState
 from workflows.agent.watchdog import ProgressWatch, watching
-from workflows.changes import changed
+from workflows.changes import baseline_retired, changed
 from workflows.common import StepFailed
 from workflows.handover import HandOver
 from workflows.parts import RunParts
@@ -65,14 +65,14 @@ class AgentLoop:
     async def run(self) -> dict[str, Any]:
         """Plan, then work through the plan until the goal is verifiably met."""
         s = self.state
-        s.context = changed("agent-context")
+        baseline_retired()
         self._checker.done_when_done = changed("done-when-done")
         self._checker.steps_need_evidence = changed("steps-need-evidence")
         self._actor.keeps_evidence = changed("step-evidence-kept")
         self._checker.last_step_to_the_checks = changed("last-step-to-the-checks")
         self._restates = changed("fix-steps-restate-the-goal")
         self._prose = self._actor.criteria_in_prose = changed("criteria-in-prose")
-        if watching(s):
+        if watching():
             ledger = self._parts.ledger
             self._watch = self._actor.watch = ProgressWatch(
                 self._spec.watchdog,
@@ -89,7 +89,7 @@ class AgentLoop:
             # (Only after progress here, a verified step or at least a turn, so a segment
             # always moves the run forward.)
             progressed = self._verified_here or s.turns > self._turns_at_start
-            if s.context and progressed and self._handover.due(self._verified_here):
+            if progressed and self._handover.due(self._verified_here):
                 if self._watch is not None:
                     self._watch.leave(s.phase)  # its time so far travels along
                 await self._handover.hand_over({}, agent=s.carry())
@@ -127,10 +127,7 @@ class AgentLoop:
                 self._verified_here += 1
                 if self._watch is not None:
                     self._watch.progressed()
-                if s.context:
-                    await self._memory.compact_if_due()
-                elif changed("agent-memory"):
-                    await self._memory.keep(item.id, "summary", f"{item.intent}: {item.summary}")
+                await self._memory.compact_if_due()
                 s.index += 1
                 s.feedback = None
                 continue
@@ -144,8 +141,7 @@ class AgentLoop:
                 try:
                     fresh = await self._make_plan(self._replan_context(item, verdict.evidence))
                 except StepFailed as exc:
-                    if not changed("replan-needs-help"):
-                        raise
+                    baseline_retired()
                     # No new plan: a person decides, as when replans are used up.
                     why = f"{verdict.evidence[:500]}; replanning failed: {exc}"
                     s.feedback = await self._ask_for_help(item, why)
@@ -181,11 +177,8 @@ class AgentLoop:
 
     def _replan_context(self, item: PlanItem, why: str) -> str:
         s = self.state
-        if s.context:  # bounded however many steps are done
-            done = [f"(summary) {s.summary}"] if s.summary else []
-            done += s.notes
-        else:
-            done = [f"{p.id}: {p.summary}" for p in s.plan if p.status == "completed"]
+        done = [f"(summary) {s.summary}"] if s.summary else []  # bounded however long the run
+        done += s.notes
         return (
             f"Done so far:\n{prompts.bullet(done)}\n\n"
             f"Step '{item.id}' ({item.intent}) failed verification "

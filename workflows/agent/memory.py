@@ -7,24 +7,14 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from workflows.agent.state import AgentState
-from workflows.common import MEMORY_TIMEOUT, failure_of
+from workflows.common import failure_of
 from workflows.parts import RunParts
 
 with workflow.unsafe.imports_passed_through():
     # Safe to pass through: method references and pydantic models.
-    from activities.memory import MemoryActivities
     from activities.model import ModelActivities
-    from longrun.contracts import (
-        AgentSpec,
-        CompactRequest,
-        CompactResult,
-        Note,
-        NoteWrite,
-        Recall,
-        RecallRequest,
-    )
+    from longrun.contracts import AgentSpec, CompactRequest, CompactResult
 
-RECALL_NOTES = 5
 COMPACT_AT = 12  # finished steps listed in full before the oldest are summarized
 KEEP_RECENT = 4  # finished steps still listed in full after compaction
 SUMMARY_CHARS = 2000
@@ -73,23 +63,3 @@ class Memory:
                 summary = "…" + summary[-(SUMMARY_CHARS - 1) :]
         state.summary = summary
         state.notes = state.notes[-KEEP_RECENT:]
-
-    async def recall(self, query: str) -> list[str]:
-        """The journal's notes most relevant to `query` (runs started before briefs)."""
-        recall: Recall = await self._parts.calls.execute(
-            MemoryActivities.recall,
-            RecallRequest(run_id=self._parts.inp.run_id, query=query, k=RECALL_NOTES),
-            summary="recall notes",
-            limit=MEMORY_TIMEOUT,
-        )
-        return [f"[{n.kind}, {n.step}] {n.text}" for n in recall.notes]
-
-    async def keep(self, step: str, kind: str, text: str) -> None:
-        """Write a note to the journal (runs started before briefs)."""
-        note = Note(kind=kind, step=step, text=text[:2000])
-        await self._parts.calls.execute(
-            MemoryActivities.write,
-            NoteWrite(run_id=self._parts.inp.run_id, note=note),
-            summary=f"note: {step}",
-            limit=MEMORY_TIMEOUT,
-        )

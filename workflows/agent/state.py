@@ -55,9 +55,6 @@ class AgentState:
         self.last_check: str | None = None
         self.index = 0  # the plan step the loop is on
         self.feedback: str | None = None  # for the step's next attempt
-        # Set once the run knows it is on the agent-context path: prompts assembled from
-        # briefs, notes journaled by verification, progress compacted, hand-overs.
-        self.context = False
         # What the progress watchdog reads (workflows/agent/watchdog.py).
         self.turns_at_progress = 0  # `turns` when a plan step was last verified
         self.phase_seconds: dict[str, float] = {}  # time spent in each phase before this one

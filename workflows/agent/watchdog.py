@@ -252,6 +252,6 @@ class StallGate:
         return guidance
 
 
-def watching(state: AgentState) -> bool:
+def watching() -> bool:
     """Whether this run has the watchdog (`agent-watchdog`)."""
-    return state.context and changed("agent-watchdog")
+    return changed("agent-watchdog")
