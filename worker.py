@@ -79,7 +79,7 @@ async def serving(
             # first task, as on bare Temporal. Autoscaling followed the burst of new runs and
             # starved the sticky queue, where the task a decision's signal makes waits: a
             # decision took 12-55x bare Temporal's signal under 50-200 clients, against
-            # 1.2x this way (bench/load.py; docs/architecture.md).
+            # 1.2x this way (bench/load.py; docs/decisions/0022).
             activity_task_poller_behavior=PollerBehaviorAutoscaling(),
         ) as worker,
     ):
