@@ -29,7 +29,7 @@ def test_the_generated_docs_are_up_to_date(path: Path) -> None:
 def test_the_readme_is_a_front_door_whose_links_lead_somewhere() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= README_MOST_LINES
-    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
         text = doc.read_text(encoding="utf-8")
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
             assert (doc.parent / target).exists(), f"{doc.name} links to missing {target}"
