@@ -18,8 +18,9 @@ from activities.errors import fatal, reported_with_attempt
 from activities.heartbeat import heartbeating
 from activities.memory import Journal
 from activities.model import ModelActivities
+from activities.tools.bound import call_redacted
 from activities.tools.builtin import ends
-from activities.tools.registry import ToolContext, call_redacted, workspace_of
+from activities.tools.registry import ToolContext, workspace_of
 from longrun import beneath
 from longrun.catalogue import CATALOGUE, check_relative
 from longrun.contracts import CheckRequest, Expect, ToolCheck, Verdict

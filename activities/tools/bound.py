@@ -1,5 +1,6 @@
-"""The tool activities a worker hosts: one per tool of the catalogue, bound to its settings;
-importing this module implements the built-in tools."""
+"""The tools at work: one activity per tool of the catalogue, bound to a worker's settings,
+and `call_redacted`, through which every call of a tool runs (the activity, a check, the
+eval's plain loop); importing this module implements the built-in tools."""
 
 from __future__ import annotations
 
@@ -7,18 +8,43 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.artifacts import store_for
 from activities.errors import fatal, reported_with_attempt
 from activities.heartbeat import heartbeating
 from activities.tools import builtin, notes
-from activities.tools.registry import IMPLEMENTATIONS, ToolContext, call_redacted, workspace_of
+from activities.tools.registry import IMPLEMENTATIONS, ToolContext, redact, workspace_of
 from longrun.catalogue import CATALOGUE, ToolSpec
 from longrun.contracts import ToolCall, ToolResult
 from longrun.policy import forbidding
 from longrun.settings import Settings
 
 IMPLEMENTED_HERE = (builtin, notes)  # the built-in tools' implementations
+
+
+async def call_redacted(spec: ToolSpec, args: Any, ctx: ToolContext) -> dict[str, Any]:
+    """Run a tool; no secret it used leaves in its output or in a failure of any type (an
+    unexpected exception becomes an ApplicationError of the same type name, without the
+    cause whose traceback and arguments could hold the secret)."""
+    try:
+        output = await IMPLEMENTATIONS[spec.name](args, ctx)
+    except ApplicationError as exc:
+        if not ctx.revealed:
+            raise
+        raise ApplicationError(
+            redact(exc.message, ctx.revealed),
+            type=exc.type,
+            non_retryable=exc.non_retryable,
+            next_retry_delay=exc.next_retry_delay,
+        ) from None
+    except Exception as exc:
+        if not ctx.revealed:
+            raise
+        message = redact(f"{type(exc).__name__}: {exc}", ctx.revealed)
+        raise ApplicationError(message, type=type(exc).__name__) from None
+    redacted: dict[str, Any] = redact(output, ctx.revealed)
+    return redacted
 
 
 def build_tool_activities(settings: Settings) -> list[Callable[..., Any]]:

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from temporalio.exceptions import ApplicationError
 
 from activities.errors import fatal
-from longrun.catalogue import CATALOGUE, Compensation, ToolSpec, declare
+from longrun.catalogue import CATALOGUE, Compensation, declare
 from longrun.contracts import RUN_FOLDER_PATTERN, SecretGrant, SideEffect
 from longrun.settings import Settings
 
@@ -54,30 +53,6 @@ def redact(value: Any, secrets: list[str]) -> Any:
     if isinstance(value, list):
         return [redact(v, secrets) for v in value]
     return value
-
-
-async def call_redacted(spec: ToolSpec, args: Any, ctx: ToolContext) -> dict[str, Any]:
-    """Run a tool; no secret it used leaves in its output or in a failure of any type (an
-    unexpected exception becomes an ApplicationError of the same type name, without the
-    cause whose traceback and arguments could hold the secret)."""
-    try:
-        output = await IMPLEMENTATIONS[spec.name](args, ctx)
-    except ApplicationError as exc:
-        if not ctx.revealed:
-            raise
-        raise ApplicationError(
-            redact(exc.message, ctx.revealed),
-            type=exc.type,
-            non_retryable=exc.non_retryable,
-            next_retry_delay=exc.next_retry_delay,
-        ) from None
-    except Exception as exc:
-        if not ctx.revealed:
-            raise
-        message = redact(f"{type(exc).__name__}: {exc}", ctx.revealed)
-        raise ApplicationError(message, type=type(exc).__name__) from None
-    redacted: dict[str, Any] = redact(output, ctx.revealed)
-    return redacted
 
 
 IMPLEMENTATIONS: dict[str, ToolFn] = {}

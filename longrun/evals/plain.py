@@ -25,7 +25,8 @@ from openai import APIError, AsyncOpenAI
 
 from activities.routed_calls import text_calls
 from activities.structured import tool_parameters
-from activities.tools.registry import ToolContext, call_redacted
+from activities.tools.bound import call_redacted
+from activities.tools.registry import ToolContext
 from longrun.catalogue import CATALOGUE
 from longrun.settings import Settings
 

@@ -284,7 +284,7 @@ class Eval:
         attempt.cost_usd = run["usage"]["cost_usd"]
         attempt.model_calls = run["usage"]["model_calls"]
         attempt.input_tokens = run["usage"]["input_tokens"]
-        attempt.recovering_s = run["usage"]["recovering_s"]
+        attempt.recovering_s = run["usage"].get("recovering_s", 0.0)  # none in the loop's
         seen = self.fixture.report()
 
         def scored() -> tuple[bool, list[str]]:  # both read the workspace: one thread hop
@@ -361,7 +361,7 @@ class Eval:
         while True:
             run, said = await self._read(run_id, said)
             if run is not None:
-                timeout_s = self.options.timeout_s + run["usage"]["recovering_s"]
+                timeout_s = self.options.timeout_s + run["usage"].get("recovering_s", 0.0)
                 if run["status"] in ENDED:
                     if timed_out:
                         run["error"] = "eval timeout"

@@ -25,9 +25,9 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer, Worker
 
 from activities.model import ModelActivities
-from activities.tools.bound import build_tool_activities
+from activities.tools.bound import build_tool_activities, call_redacted
 from activities.tools.builtin import reveal
-from activities.tools.registry import IMPLEMENTATIONS, ToolContext, call_redacted
+from activities.tools.registry import IMPLEMENTATIONS, ToolContext
 from activities.verify import VerifyActivities
 from api.app import create_app
 from longrun.catalogue import CATALOGUE, SecretRef

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -100,14 +100,42 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     outside = home / "outside"
     outside.mkdir()
     (outside / "f").write_text("outside-canary")
-    ports = {name: free_port() for name in ("TEMPORAL", "UI", "STANDIN", "API")}
+    # Ports chosen now may be taken by the time the stack binds them (Temporal's dev server
+    # opens several of its own choosing): then the stack says so, and starts on others.
+    for _ in range(3):
+        ports = {name: free_port() for name in ("TEMPORAL", "UI", "STANDIN", "API", "METRICS")}
+        process, log = _start_stack(home, ports, policy)
+        said = (home / "dev.out").read_text()
+        if "is taken by another program" not in said:
+            break
+        process.kill()
+        process.wait(60)
+        log.close()
+    try:
+        assert "Press Ctrl-C" in said, said
+        pid = owner_of(ports["TEMPORAL"])
+        assert pid is not None
+        yield Stack(f"http://127.0.0.1:{ports['API']}", ports["TEMPORAL"], pid, outside)
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def _start_stack(
+    home: Path, ports: dict[str, int], policy: Path
+) -> tuple[subprocess.Popen[bytes], IO[str]]:
+    """`longrun dev` on these ports, once it says it is up (or has stopped)."""
     env = {
         "PATH": os.environ["PATH"],
         "LONGRUN_DEV_TEMPORAL_PORT": str(ports["TEMPORAL"]),
         "LONGRUN_DEV_UI_PORT": str(ports["UI"]),
         "LONGRUN_DEV_STANDIN_PORT": str(ports["STANDIN"]),
         "LONGRUN_API_PORT": str(ports["API"]),
-        "LONGRUN_DEV_WORKER_METRICS_PORT": str(free_port()),
+        "LONGRUN_DEV_WORKER_METRICS_PORT": str(ports["METRICS"]),
         "LONGRUN_API_KEYS": json.dumps(_keys()),
         "LONGRUN_FOUR_EYES": "true",
         "LONGRUN_POLICY_FILE": str(policy),
@@ -124,22 +152,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    try:
-        for _ in range(900):
-            if "Press Ctrl-C" in (home / "dev.out").read_text() or process.poll() is not None:
-                break
-            time.sleep(0.1)
-        assert "Press Ctrl-C" in (home / "dev.out").read_text(), (home / "dev.out").read_text()
-        pid = owner_of(ports["TEMPORAL"])
-        assert pid is not None
-        yield Stack(f"http://127.0.0.1:{ports['API']}", ports["TEMPORAL"], pid, outside)
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+    for _ in range(900):
+        if "Press Ctrl-C" in (home / "dev.out").read_text() or process.poll() is not None:
+            break
+        time.sleep(0.1)
+    return process, log
 
 
 def _temporal_ports(stack: Stack) -> list[int]:
