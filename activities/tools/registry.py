@@ -1,10 +1,7 @@
-"""The tools at work: what runs each tool the catalogue (longrun/catalogue.py) declares.
-
-Each tool becomes a Temporal activity named `tool.<name>` that validates its arguments
-against the tool's pydantic model, runs in the run's workspace and heartbeats while it
-works, so cancellation reaches it and a dead worker is noticed within the heartbeat timeout.
-A tool added beside the built-in ones is one decorated function (`tool`).
-"""
+"""What runs a tool of the catalogue (longrun/catalogue.py): its implementation
+(`implements`; `tool` declares and implements one added beside the built-in ones), the
+context it runs with, redaction of the secrets it used, and the run's workspace. The
+activities themselves are built in activities/tools/bound.py."""
 
 from __future__ import annotations
 
