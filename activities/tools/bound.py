@@ -1,6 +1,10 @@
 """The tools at work: one activity per tool of the catalogue, bound to a worker's settings,
 and `call_redacted`, through which every call of a tool runs (the activity, a check, the
-eval's plain loop); importing this module implements the built-in tools."""
+eval's plain loop); importing this module implements the built-in tools.
+
+Each activity is named `tool.<name>`, validates its arguments against the tool's model,
+runs in the run's workspace and heartbeats while it works, so cancellation reaches it and
+a dead worker is noticed within the heartbeat timeout."""
 
 from __future__ import annotations
 
