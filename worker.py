@@ -17,11 +17,11 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import PollerBehaviorAutoscaling, Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.artifacts import ArtifactStore, store_for
 from activities.bound import activities_for
 from activities.endpoint import model_problem
 from activities.tools.sandbox import confinement
 from longrun import wire
+from longrun.artifacts import ArtifactStore, store_for
 from longrun.contracts import RUN_ID_PATTERN
 from longrun.heap import freeze_startup_heap
 from longrun.settings import Settings, get_settings

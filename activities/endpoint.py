@@ -26,11 +26,11 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from temporalio.exceptions import ApplicationError
 
-from activities import recording
 from activities.errors import fatal, retry_after_seconds, transient
 from activities.heartbeat import heartbeating
 from activities.pace import Paces
 from activities.structured import MODES, Mode, answer_text, ask, refuses
+from longrun import recording
 from longrun.context import estimate_tokens
 from longrun.contracts import ModelUsage, ToolCallRequest
 from longrun.settings import Settings

@@ -5,11 +5,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 
 from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from longrun.failures import fatal, transient
+
+__all__ = [
+    "fatal",
+    "recovering_s",
+    "reported_with_attempt",
+    "retry_after_seconds",
+    "transient",
+]
 
 log = logging.getLogger("longrun.activity")
 
@@ -22,17 +31,6 @@ def retry_after_seconds(value: str | None) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         return None
-
-
-def fatal(message: str, *, type: str = "Fatal") -> ApplicationError:
-    """An error a retry cannot fix; the message should tell a person what to change."""
-    return ApplicationError(message, type=type, non_retryable=True)
-
-
-def transient(message: str, *, retry_after_s: float | None = None) -> ApplicationError:
-    """An error worth retrying; `retry_after_s` overrides the retry policy's next delay."""
-    delay = timedelta(seconds=retry_after_s) if retry_after_s else None
-    return ApplicationError(message, type="Transient", next_retry_delay=delay)
 
 
 def recovering_s() -> float:

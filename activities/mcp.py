@@ -28,11 +28,11 @@ from pydantic import SecretStr
 from temporalio import activity
 from temporalio.common import RawValue
 
-from activities.artifacts import store_for
 from activities.errors import fatal, reported_with_attempt, transient
 from activities.heartbeat import heartbeating
 from activities.tools import egress, sandbox
 from activities.tools.registry import redact
+from longrun.artifacts import store_for
 from longrun.contracts import McpTool, ToolCall, ToolResult
 from longrun.mcp_servers import (
     PREFIX,

@@ -18,12 +18,12 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import recording, repair, routed_calls, structured
-from activities.artifacts import store_for
+from activities import repair, routed_calls, structured
 from activities.endpoint import WINDOW_MARGIN_TOKENS, ContextExceeded, Endpoint, Refused
 from activities.errors import fatal, recovering_s, reported_with_attempt
 from activities.memory import Journal
-from longrun import context, prompts
+from longrun import context, prompts, recording
+from longrun.artifacts import store_for
 from longrun.contracts import (
     ActRequest,
     ActResult,

@@ -8,8 +8,8 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.artifacts import store_for
 from activities.errors import reported_with_attempt
+from longrun.artifacts import store_for
 from longrun.contracts import KeepRequest
 from longrun.settings import Settings
 

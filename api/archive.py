@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from temporalio.exceptions import ApplicationError
 
-from activities.artifacts import store_for
+from longrun.artifacts import store_for
 from longrun.settings import Settings
 
 log = logging.getLogger("longrun.api")

@@ -171,8 +171,8 @@ def cassette(
 
     Example: longrun cassette run-1f2e... --profile llama-cpp --out tests/cassettes/primes.json
     """
-    from activities.recording import cassette as export
     from longrun.dev.standin import PROFILES
+    from longrun.recording import cassette as export
     from longrun.temporal import connect
 
     if profile not in PROFILES:

@@ -5,7 +5,7 @@ back as that text; a stored JSON value (`"json": true`) reads back as the value,
 reference into part of one names the part (`"path": [keys or list indices]`). Inside text a
 reference is the marker `⟦artifact:sha256:…⟧`, with the path after it when there is one
 (`⟦artifact:sha256:….items.0⟧`). Workflows only move references; activities read them back
-(activities.artifacts.ArtifactStore.expand).
+(longrun.artifacts.ArtifactStore.expand).
 """
 
 from __future__ import annotations

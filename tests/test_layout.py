@@ -14,8 +14,7 @@ ROOT = Path(__file__).parent.parent
 PACKAGES = ("longrun", "api", "workflows", "activities")
 # What of activities/ the API still shares with the worker, until it moves into the kernel
 # (docs/architecture.md); nothing may join the list.
-API_SHARES = {"activities.artifacts", "activities.mcp", "activities.recording"}
-API_SHARES |= {"activities.tools.sandbox"}
+API_SHARES = {"activities.mcp", "activities.tools.sandbox"}
 
 
 def _modules() -> dict[str, Path]:

@@ -14,11 +14,11 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.artifacts import store_for
 from activities.errors import fatal, reported_with_attempt
 from activities.heartbeat import heartbeating
 from activities.tools import builtin, notes
 from activities.tools.registry import IMPLEMENTATIONS, ToolContext, redact, workspace_of
+from longrun.artifacts import store_for
 from longrun.catalogue import CATALOGUE, ToolSpec
 from longrun.contracts import ToolCall, ToolResult
 from longrun.policy import forbidding

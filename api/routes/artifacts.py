@@ -15,12 +15,12 @@ from starlette.concurrency import run_in_threadpool
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
-from activities.artifacts import store_for
 from api import access
 from api.access import Admin, Reader
 from api.deps import SettingsDep, TemporalClient
 from api.schemas import answers
 from longrun import beneath
+from longrun.artifacts import store_for
 from longrun.settings import Settings
 
 log = logging.getLogger("longrun.api")

@@ -16,8 +16,6 @@ from starlette.concurrency import run_in_threadpool
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle
 
-from activities.artifacts import store_for
-from activities.recording import recorded_calls
 from api import access
 from api.access import Submitter
 from api.admission import start_run, under_policy_in_force
@@ -33,6 +31,7 @@ from api.reading import (
 )
 from api.schemas import RunCreated, answers
 from longrun import refs, wire
+from longrun.artifacts import store_for
 from longrun.catalogue import toolbox
 from longrun.contracts import (
     FINAL_RUN_STATUSES,
@@ -53,6 +52,7 @@ from longrun.contracts import (
     StepState,
 )
 from longrun.plans import ReferenceError_, resolve, validate_plan
+from longrun.recording import recorded_calls
 from longrun.settings import Settings
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=answers(401, 403, 503))

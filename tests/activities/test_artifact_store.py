@@ -15,14 +15,14 @@ import pytest
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
-from activities.artifacts import (
+from longrun import plans
+from longrun.artifacts import (
     OUTPUT_MAX_BYTES,
     ArtifactStore,
     LocalArtifactStore,
     S3ArtifactStore,
     store_for,
 )
-from longrun import plans
 from longrun.refs import is_ref
 from longrun.settings import Settings
 

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 from temporalio.client import Client
 
-from activities.recording import cassette
 from api.app import create_app
 from longrun.cassettes import Cassette, key_of
+from longrun.recording import cassette
 from longrun.settings import Settings
 from tests.helpers import REPO, Poll, StandIn
 from tests.workflows.test_agent import act, audit_of, plan, start

@@ -18,9 +18,9 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Replayer, Worker
 
-from activities.artifacts import S3ArtifactStore, store_for
 from api.app import create_app
 from longrun import wire
+from longrun.artifacts import S3ArtifactStore, store_for
 from longrun.settings import ApiKey, Settings, hash_key
 from longrun.temporal import DATA_CONVERTER
 from tests.helpers import LISTING_WORDS, Poll, StandIn, allow, listing_server, submit

@@ -27,9 +27,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from activities.errors import fatal
 from longrun import refs
 from longrun.contracts import RUN_FOLDER_PATTERN
+from longrun.failures import fatal
 from longrun.refs import is_ref
 from longrun.settings import Settings
 

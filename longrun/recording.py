@@ -15,7 +15,7 @@ from typing import Any
 from temporalio.api.history.v1 import MarkerRecordedEventAttributes
 from temporalio.client import Client
 
-from activities.artifacts import ArtifactStore, store_for
+from longrun.artifacts import ArtifactStore, store_for
 from longrun.cassettes import Cassette, Entry, Exchange, ToolCall, entry_of
 from longrun.contracts import RecordedCall
 from longrun.settings import Settings
