@@ -13,18 +13,19 @@ How a run comes to have a change:
 - `AT_START`: named at start, or not at all: it changes what a run does where no marker
   can be recorded (a query, the run's first task), so only runs started with it take it.
 
-A change can be retired once no open run started without it: its old branch is removed
-and it leaves this registry. Runs are pinned to the worker version they started on
-(longrun/versions.py) and move to new code only at a hand-over, which starts a fresh
-history, so new code never replays an older run's history; on unversioned workers, retire
-only what `longrun check-replay --changes` shows no open run holds back. Retired: the
-eighteen changes `baseline-2026-12` stood for (activity ids, agent context and memory,
-bounded calls, carries and results, the events archive, the figures memo, the final record,
-model calls' heartbeat, retry window and pause, whole URLs in policy rules, progress
-attributes, a failed replan asking for help, secret approval, the time budget while
-waiting, tool cancellation that waits, the verification retry window): each place that
-asked about one calls `baseline_retired()`, which reads the baseline's marker in histories
-that hold one. The baseline's name stays in the memo the API writes.
+A change can be retired once no open run started without it: its old branch is removed and
+it leaves this registry; where it was asked, a `workflow.deprecate_patch(name)` stays until
+no history holds its marker (a marker nothing reads is nondeterminism on replay). Runs are
+pinned to the worker version they started on (longrun/versions.py) and move to new code only
+at a hand-over, which starts a fresh history, so new code never replays an older run's
+history; on unversioned workers, retire only what `longrun check-replay --changes` shows no
+open run holds back. Retired: the eighteen changes `baseline-2026-12` stood for (activity
+ids, agent context and memory, bounded calls, carries and results, the events archive, the
+figures memo, the final record, model calls' heartbeat, retry window and pause, whole URLs
+in policy rules, progress attributes, a failed replan asking for help, secret approval, the
+time budget while waiting, tool cancellation that waits, the verification retry window):
+each place that asked about one calls `baseline_retired()`, which reads the baseline's
+marker in histories that hold one. The baseline's name stays in the memo the API writes.
 """
 
 from __future__ import annotations
