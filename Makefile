@@ -6,7 +6,10 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: run test lint typecheck unit bench chaos eval demo conformance docs clean
 
+# Both virtualenvs are made at once under `make -j`: .venv is made first by either, so
+# neither `venv` races the other to create it.
 $(STAMP): pyproject.toml
+	@mkdir -p $(VENV)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -54,6 +57,7 @@ $(COMPOSE):
 # pins an older `mcp` than longrun's, so it lives in a venv of its own.
 MCP_PROXY := $(VENV)/mcp-proxy/bin/mcp-proxy
 $(MCP_PROXY):
+	@mkdir -p $(VENV)
 	$(PYTHON) -m venv $(VENV)/mcp-proxy
 	$(VENV)/mcp-proxy/bin/python -m pip install --quiet 'mcp-proxy==0.13.0'
 
