@@ -6,7 +6,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from activities.mcp import McpHub, build_mcp_activity
-from activities.memory import MemoryActivities
 from activities.model import ModelActivities
 from activities.oversized import KeepActivities
 from activities.tools.bound import build_tool_activities
@@ -20,7 +19,6 @@ async def activities_for(settings: Settings) -> AsyncIterator[list[Callable[...,
     """Every activity a longrun worker hosts, bound to `settings`; closes clients on exit."""
     model = ModelActivities(settings)
     verify = VerifyActivities(settings, model)
-    memory = MemoryActivities(settings)
     keep = KeepActivities(settings)
     webhooks = WebhookActivities(settings)
     mcp = McpHub.of(settings)
@@ -32,8 +30,6 @@ async def activities_for(settings: Settings) -> AsyncIterator[list[Callable[...,
             model.compact,
             verify.step,
             verify.acceptance,
-            memory.write,
-            memory.recall,
             keep.keep,
             webhooks.deliver,
             *build_tool_activities(settings),

@@ -8,16 +8,13 @@ it, however long ago they were written.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from temporalio import activity
-
-from activities.errors import fatal, reported_with_attempt
-from longrun.contracts import RUN_FOLDER_PATTERN, Note, NoteWrite, Recall, RecallRequest
+from activities.errors import fatal
+from longrun.contracts import RUN_FOLDER_PATTERN, Note
 from longrun.settings import Settings
 
 _RUN_ID = re.compile(RUN_FOLDER_PATTERN)
@@ -67,25 +64,3 @@ class Journal:
                 (match, k),
             ).fetchall()
         return [Note(kind=kind, step=step, text=text) for kind, step, text in rows]
-
-
-class MemoryActivities:
-    """`memory.write` and `memory.recall`, bound to one worker's data directory."""
-
-    def __init__(self, settings: Settings) -> None:
-        self._journal = Journal.of(settings)
-
-    @activity.defn(name="memory.write")
-    async def write(self, note: NoteWrite) -> None:
-        """Keep a note in the run's journal."""
-        with reported_with_attempt():
-            await asyncio.to_thread(
-                self._journal.add, note.run_id, note.note.kind, note.note.step, note.note.text
-            )
-
-    @activity.defn(name="memory.recall")
-    async def recall(self, req: RecallRequest) -> Recall:
-        """The notes most relevant to a query."""
-        with reported_with_attempt():
-            notes = await asyncio.to_thread(self._journal.search, req.run_id, req.query, req.k)
-            return Recall(notes=notes)

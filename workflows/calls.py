@@ -214,22 +214,11 @@ class Calls:
     async def execute(
         self, method: Any, arg: Any, *, summary: str, limit: timedelta = MODEL_TIMEOUT
     ) -> Any:
-        """Run a model, check or memory activity with the default retries (after the
-        checkpoint where it uses the budget)."""
-        # Checks ask the judge model: they outlast a model outage as model calls do.
+        """Run a model or check activity (after the checkpoint where it uses the budget):
+        checks ask the judge model, so they outlast a model outage as model calls do."""
         if limit is VERIFY_TIMEOUT:
             baseline_retired()
-        if limit is MODEL_TIMEOUT or limit is VERIFY_TIMEOUT:
-            return await self._model(method, arg, limit=limit, retry=None, summary=summary)
-        # Memory calls are quick: no heartbeat, the default retries.
-        return await workflow.execute_activity_method(
-            method,
-            arg,
-            start_to_close_timeout=limit,
-            retry_policy=retry_policy(None),
-            summary=summary,
-            activity_id=self._id(summary),
-        )
+        return await self._model(method, arg, limit=limit, retry=None, summary=summary)
 
     async def _model(
         self, method: Any, arg: Any, *, limit: timedelta, retry: RetrySpec | None, summary: str

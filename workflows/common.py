@@ -25,7 +25,6 @@ TOOL_TIMEOUT_MARGIN = timedelta(seconds=30)
 TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 MODEL_TIMEOUT = timedelta(minutes=5)
 VERIFY_TIMEOUT = timedelta(minutes=10)
-MEMORY_TIMEOUT = timedelta(seconds=30)
 MAX_RETRY_INTERVAL = timedelta(minutes=1)
 PREVIEW_CHARS = 500
 TIMEOUT_ACTOR = "timeout"  # who decides an approval nobody decided in time

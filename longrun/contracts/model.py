@@ -1,6 +1,5 @@
-"""The model, verify, memory and context activities' boundary: `model.complete`, `model.plan`,
-`model.act`, `verify.step` and `verify.acceptance`, `memory.write` and `memory.recall`, and
-`context.compact`.
+"""The model, verify and context activities' boundary: `model.complete`, `model.plan`,
+`model.act`, `verify.step` and `verify.acceptance`, and `context.compact`.
 """
 
 from __future__ import annotations
@@ -159,27 +158,6 @@ class CheckRequest(BaseModel):
     # Kept in the run's journal with the verdict: the step's summary when it passes, the
     # failed verification when it does not.
     journal: Note | None = None
-
-
-class NoteWrite(BaseModel):
-    """Input of `memory.write`."""
-
-    run_id: str
-    note: Note
-
-
-class RecallRequest(BaseModel):
-    """Input of `memory.recall`: what the step is about, and how many notes to return."""
-
-    run_id: str
-    query: str
-    k: int = 5
-
-
-class Recall(BaseModel):
-    """Output of `memory.recall`: notes, most relevant first."""
-
-    notes: list[Note]
 
 
 class CompactRequest(BaseModel):

@@ -100,7 +100,7 @@ def settings_markdown() -> str:
 
 def eval_rows() -> str:
     """The table of docs/evals.md: two rows (longrun, and the baseline if one ran beside
-    it) per results file, newest first by model."""
+    it) per results file, by model, calm before chaos."""
     kept = [json.loads(p.read_text()) for p in sorted(EVAL_RESULTS.glob("*.json"))]
     kept.sort(key=lambda r: (r["options"]["model"] or "", r["options"]["chaos"]))
     rows: list[tuple[str, dict[str, Any]]] = []
